@@ -1,0 +1,5 @@
+import sys
+
+from gmpmon.cli import main
+
+sys.exit(main())

@@ -1,0 +1,17 @@
+"""`gmpmon export` (placeholder until its issue lands: exits 1 with a clear line)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gmpmon.errors import GmpmonError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("export", help="export (not implemented yet)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise GmpmonError("'export' is not implemented yet")

@@ -1,0 +1,203 @@
+"""The one event vocabulary shared by capture, recording, replay and the model.
+
+Every event is a 7-tuple ``(ts, kind, p, m, g, a0, a1)``:
+
+- ``ts``   kernel CLOCK_MONOTONIC nanoseconds (``bpf_ktime_get_ns``; equals
+  ``time.monotonic_ns()`` in user space).
+- ``kind`` a :class:`Kind`.
+- ``p``    P id, or ``NO_P`` (-1) when no P is involved or it is unknown.
+- ``m``    the OS thread id (``m.procid``), or ``NO_M`` (0).
+- ``g``    goroutine id (``g.goid``), or ``NO_G`` (0; goid 0 is never a user goroutine).
+- ``a0``, ``a1``  kind-specific unsigned 64-bit arguments (see the table below).
+
+The BPF side emits exactly this layout (``probes/gmpmon.h``: ``struct gm_event``), packed
+little-endian as ``RECORD`` describes, so a ring-buffer span decodes in bulk with
+``struct.iter_unpack``. Plain tuples are the hot-path representation; :class:`Event` is a
+NamedTuple of the same shape for code that prefers names (``Event._make(t)``).
+
+Kinds and their arguments
+=========================
+
+Timeline events (per-event records, from hot probes in ``full`` mode and in the duty-cycle
+windows of ``default`` mode):
+
+=================  =============================================================================
+EXECUTE            G ``g`` starts running on P ``p`` / M ``m``. a0 = inheritTime (0/1),
+                   a1 = local runq length of ``p`` at that moment (tail-head + runnext).
+SCHED              M ``m`` with P ``p`` enters ``findRunnable`` (looks for work; the P is
+                   "searching" until the next EXECUTE on that P or it is released). a0 =
+                   local runq length, a1 = global runq length (-1 as u64 if unknown).
+PARK               G ``g`` parks (``gopark``) on P ``p``. a0 = wait-reason index (decode with
+                   :attr:`Header.wait_reasons`), a1 = 0.
+READY              G ``g`` becomes runnable (``ready``). a0 = goid of the waker (0 when the
+                   scheduler, netpoll or a timer on g0 woke it), a1 = the wait-reason index
+                   the readied G had parked with.
+GO_CREATE          New G ``g`` created by goid a0 (0 when unknown). a1 = 0.
+GO_EXIT            G ``g`` exits (``goexit0`` / ``gdestroy``).
+SYSCALL_ENTER      G ``g`` enters a syscall on P ``p``. a0 = 1 for ``entersyscallblock``
+                   (the P is handed off at once), 0 otherwise.
+SYSCALL_EXIT       G ``g`` returns from a syscall (``exitsyscall``) on M ``m``. ``p`` is the P
+                   the M held at entry to exitsyscall (NO_P if it had lost it).
+HANDOFF            P ``p`` handed off from its M (``handoffp``; the M is stuck in a syscall or
+                   blocked). g = goid of the G in the syscall when known.
+PREEMPT_REQ        Preemption of the G running on P ``p`` requested (``preemptone``), by
+                   sysmon or the GC. g = that G's goid when known.
+PREEMPTED          G ``g`` was preempted (``goschedImpl(gp, true)`` / ``gopreempt_m``) and
+                   becomes runnable. a0 = 1 for preemption, 0 for a voluntary Gosched.
+STW_START          Stop-the-world begins. a0 = stwReason index (``Header.stw_reasons``).
+STW_END            The world restarts. a0 = stwReason index if known else 0,
+                   a1 = pause length ns measured in the kernel (start->end), 0 if unknown.
+STEAL              P ``p`` (thief) tried to steal from P a0 (victim). a1 = goroutines taken
+                   (0 = failed attempt). ``g`` = 0.
+MUTEX              G ``g`` waited for a contended lock: a0 = wait ns (slow-path entry to
+                   exit), a1 = stack id into ``Batch.stacks``. ``p`` = the lock address is not
+                   in the tuple; see MUTEX_ADDR.
+MUTEX_ADDR         Emitted right before its MUTEX: a0 = lock address, a1 = wait kind
+                   (:class:`LockKind`).
+=================  =============================================================================
+
+Sample and counter events (``sample`` mode's sampler, and all modes):
+
+=================  =============================================================================
+P_SAMPLE           State of P ``p`` read from the target's memory. m = tid of its M (0 if
+                   none), g = goid of its M's curg (0 if none), a0 = P status
+                   (``_Pidle``.. as in ``Header.p_status``) | (curg status << 8) |
+                   (runq length << 16), a1 = schedtick.
+SCHED_SAMPLE       Global scheduler state: a0 = npidle | (nmspinning << 32),
+                   a1 = global runq length.
+COUNTER            A delta of an in-kernel aggregate: g = :class:`Counter` table id,
+                   p = P (or NO_P), a0 = key within the table, a1 = delta to add.
+LOST               a0 = records dropped in the kernel since the previous LOST (ring buffer
+                   full), a1 = 0.
+WINDOW             Hot probes attached (a0=1) or detached (a0=0): delimits the windows in
+                   which timeline events are complete (``default`` mode's duty cycle).
+=================  =============================================================================
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple
+
+NO_P = -1
+NO_M = 0
+NO_G = 0
+U64_MAX = (1 << 64) - 1
+
+# ts u64, kind u32, p i32, m u32, pad u32, g u64, a0 u64, a1 u64  -> 48 bytes
+RECORD = struct.Struct("<QIiIIQQQ")
+RECORD_SIZE = RECORD.size
+
+
+class Kind(IntEnum):
+    EXECUTE = 1
+    SCHED = 2
+    PARK = 3
+    READY = 4
+    GO_CREATE = 5
+    GO_EXIT = 6
+    SYSCALL_ENTER = 7
+    SYSCALL_EXIT = 8
+    HANDOFF = 9
+    PREEMPT_REQ = 10
+    PREEMPTED = 11
+    STW_START = 12
+    STW_END = 13
+    STEAL = 14
+    MUTEX = 15
+    MUTEX_ADDR = 16
+    P_SAMPLE = 32
+    SCHED_SAMPLE = 33
+    COUNTER = 34
+    LOST = 35
+    WINDOW = 36
+
+
+class Counter(IntEnum):
+    """In-kernel aggregate tables, sent as COUNTER deltas. Keys per table:"""
+
+    SCHED_LAT = 1  # key = latency bucket index (see LAT_BUCKETS); p = P of the execute
+    STEAL_ATTEMPT = 2  # key = thief << 16 | victim
+    STEAL_OK = 3  # key = thief << 16 | victim (successful steals)
+    STEAL_GS = 4  # key = thief << 16 | victim (goroutines taken)
+    PARK_COUNT = 5  # key = wait-reason index
+    PARK_WAIT_NS = 6  # key = wait-reason index (park -> ready ns, added at ready)
+    PROBE_HITS = 7  # key = probe id (capture-defined); for overhead accounting
+
+
+class LockKind(IntEnum):
+    MUTEX = 1  # sync.Mutex slow path
+    RWMUTEX_R = 2  # RWMutex.RLock waiting for a writer
+    RWMUTEX_W = 3  # RWMutex.Lock waiting for readers
+    SEMA = 4  # any other semacquire (WaitGroup, ...)
+
+
+# Scheduling-latency histogram buckets: log2 with 4 linear sub-buckets per power of two
+# (relative error <= 25%), over ns. Bucket i covers [lat_bucket_lo(i), lat_bucket_lo(i+1)).
+# Index is computed identically in BPF (probes/gmpmon.h: gm_lat_bucket).
+LAT_SUB = 4
+LAT_BUCKETS = 64 * LAT_SUB
+
+
+def lat_bucket(ns: int) -> int:
+    if ns < LAT_SUB:
+        return max(ns, 0)
+    hb = ns.bit_length() - 1  # floor(log2)
+    sub = (ns >> (hb - 2)) & (LAT_SUB - 1)
+    return hb * LAT_SUB + sub
+
+
+def lat_bucket_lo(i: int) -> int:
+    if i < LAT_SUB:
+        return i
+    hb, sub = divmod(i, LAT_SUB)
+    return (1 << hb) + (sub << (hb - 2))
+
+
+class Event(NamedTuple):
+    ts: int
+    kind: int
+    p: int
+    m: int
+    g: int
+    a0: int
+    a1: int
+
+
+EventTuple = tuple[int, int, int, int, int, int, int]
+
+
+@dataclass(slots=True)
+class Batch:
+    """What capture hands on, what a recording stores, what the model consumes.
+
+    ``events`` are in timestamp order (capture merges per-CPU streams before handing on).
+    ``stacks`` maps stack ids used by MUTEX events in this or later batches to symbolized
+    frames, root first (``"main.worker;sync.(*Mutex).Lock"`` style names, unresolved frames as
+    ``"[unknown 0x...]"``). A stack id is defined once, in the first batch that uses it.
+    """
+
+    events: list[EventTuple] = field(default_factory=list)
+    stacks: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """Target and capture metadata: the first thing in a recording, and the model's context."""
+
+    pid: int
+    exe: str
+    go_version: str
+    gomaxprocs: int
+    mode: str  # "sample" | "default" | "full" | "replay"
+    start_ns: int  # monotonic ns at capture start
+    wall_start: float  # time.time() at capture start
+    wait_reasons: tuple[str, ...]  # index = wait-reason value
+    stw_reasons: tuple[str, ...] = ()
+    g_status: tuple[str, ...] = ()
+    p_status: tuple[str, ...] = ()
+    duty_window_ms: int = 0  # default mode: hot probes attached for this long ...
+    duty_period_ms: int = 0  # ... in every period; 0 when not duty-cycled
+    features: tuple[str, ...] = ()  # which probes were available (e.g. "mutex", "steal")

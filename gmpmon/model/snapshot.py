@@ -1,0 +1,146 @@
+"""Snapshot: the model's frozen answer at one instant. Views and exporters read only this.
+
+Field names follow the summary JSON schema (docs/summary-schema.md); ``to_summary()`` in
+gmpmon.report turns a Snapshot into that JSON. Times are ns; timestamps are the kernel's
+monotonic ns (same clock as events).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class PState(IntEnum):
+    """What a P is doing, as the timeline shows it. Starts UNKNOWN (attached mid-flight)."""
+
+    UNKNOWN = 0
+    RUNNING = 1  # running goroutine ``goid`` of the span
+    SEARCHING = 2  # its M is in findRunnable (spinning / looking for work)
+    IDLE = 3  # no M (pidleput) / parked M
+    SYSCALL = 4  # its G is in a syscall (P still attached, or being handed off)
+    GCSTOP = 5  # stopped for a stop-the-world
+
+
+class GState(IntEnum):
+    UNKNOWN = 0
+    RUNNABLE = 1
+    RUNNING = 2
+    WAITING = 3
+    SYSCALL = 4
+    DEAD = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    start: int
+    end: int  # == Snapshot.now for the still-open span
+    state: PState
+    goid: int = 0  # for RUNNING / SYSCALL
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyStats:
+    count: int = 0
+    p50: int = 0
+    p90: int = 0
+    p99: int = 0
+    max: int = 0
+    sum: int = 0
+    histogram: tuple[tuple[int, int], ...] = ()  # (bucket lower bound ns, count), nonzero only
+
+
+@dataclass(frozen=True, slots=True)
+class ProcView:
+    id: int
+    state: PState
+    goid: int  # current goroutine (0 if none)
+    m: int  # tid of the M holding it (0 if none/unknown)
+    runq: int  # local runq length (last known)
+    running_ns: int
+    idle_ns: int
+    spinning_ns: int  # SEARCHING time
+    syscall_ns: int
+    gcstop_ns: int
+    executes: int
+    steals_in: int  # goroutines this P stole (thief)
+    steals_out: int  # goroutines stolen from this P (victim)
+    latency: LatencyStats
+    timeline: tuple[Span, ...]  # spans within the snapshot's window, oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class GoroutineView:
+    goid: int
+    state: GState
+    p: int  # last P (-1 if none)
+    wait_reason: str  # last wait reason ("" if none)
+    since: int  # ts of the last state change
+    parent: int  # creator goid (0 unknown)
+    executes: int
+    wait_ns: int  # total time parked, seen
+
+
+@dataclass(frozen=True, slots=True)
+class ParkReason:
+    reason: str
+    count: int
+    wait_ns: int  # total park->ready ns for parks that ended
+
+
+@dataclass(frozen=True, slots=True)
+class StealStats:
+    attempts: int
+    count: int  # successful steals
+    goroutines: int
+    # matrix[(thief, victim)] = (attempts, successes, goroutines)
+    matrix: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MutexStack:
+    stack: tuple[str, ...]  # root first
+    count: int
+    wait_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: int  # ts of the newest event seen
+    start: int  # ts of the first event
+    pid: int
+    exe: str
+    go_version: str
+    gomaxprocs: int
+    mode: str
+    window: str  # "exact" | "windows" (numbers from duty-cycle windows) | "sampled"
+    events_total: int
+    events_lost: int
+    event_rate: float  # events/s over the last second
+    procs: tuple[ProcView, ...]
+    global_runq: int
+    npidle: int
+    nmspinning: int
+    goroutines: tuple[GoroutineView, ...]  # bounded (most recent first), see live count
+    goroutines_live: int
+    goroutines_created: int
+    goroutines_exited: int
+    g_state_counts: dict[str, int]
+    sched_latency: LatencyStats
+    latency_by_reason: dict[str, LatencyStats]  # wake reason (the wait reason it parked with)
+    park_reasons: tuple[ParkReason, ...]  # sorted by count desc
+    steals: StealStats
+    syscalls: int
+    syscalls_blocking: int
+    handoffs: int
+    preempt_requested: int
+    preempted: int
+    stw_count: int
+    stw_total_ns: int
+    stw_max_ns: int
+    stw_spans: tuple[tuple[int, int], ...]  # (start, end) within the window
+    mutex_contentions: int
+    mutex_wait_ns: int
+    mutex_stacks: tuple[MutexStack, ...]  # sorted by wait_ns desc
+    mutex_by_addr: dict[int, tuple[int, int]]  # addr -> (count, wait_ns)
+    illegal_transitions: int

@@ -1,0 +1,1 @@
+"""The Textual TUI of gmpmon (installed as gmpmon.tui)."""
