@@ -1,0 +1,3 @@
+module gmpmon/targets
+
+go 1.19

@@ -1,0 +1,42 @@
+"""Suite-wide wiring: the ``bpf`` marker, ``--full``, and the ``slow`` marker.
+
+- ``@pytest.mark.bpf``: the test runs real BPF; it is skipped with the reason when BPF is
+  unusable, and fails instead when ``GMPMON_REQUIRE_BPF=1`` (CI).
+- ``--full`` (or env ``GMPMON_FULL_MATRIX=1``): every Go version x build mode in
+  tests/gotargets.py, and ``@pytest.mark.slow`` tests run; without it they are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.bpfcheck import require_bpf
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        default=False,
+        help="full Go version x build mode matrix and slow tests (sets GMPMON_FULL_MATRIX=1)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Set before collection, so parametrizations that call gotargets.versions() see it.
+    if config.getoption("--full"):
+        os.environ["GMPMON_FULL_MATRIX"] = "1"
+
+
+def _full() -> bool:
+    return os.environ.get("GMPMON_FULL_MATRIX", "") not in ("", "0")
+
+
+@pytest.fixture(autouse=True)
+def _gmpmon_markers(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("slow") is not None and not _full():
+        pytest.skip("slow test: run with --full or GMPMON_FULL_MATRIX=1")
+    if request.node.get_closest_marker("bpf") is not None:
+        require_bpf()
