@@ -144,3 +144,12 @@ class Snapshot:
     mutex_stacks: tuple[MutexStack, ...]  # sorted by wait_ns desc
     mutex_by_addr: dict[int, tuple[int, int]]  # addr -> (count, wait_ns)
     illegal_transitions: int
+    # Added by the model (defaulted so older constructors keep working):
+    window_ns: int = 0  # length of the timeline window kept (Span lists cover at most this)
+    windows: int = 0  # default mode: duty-cycle windows seen (WINDOW a0=1)
+    windows_covered_ns: int = 0  # time with hot probes attached (whole run in full mode)
+    gosched: int = 0  # voluntary runtime.Gosched (PREEMPTED with a0=0)
+    late_events: int = 0  # events older than ones already applied (beyond the reorder window)
+    stw_reasons: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (count, ns)
+    probe_hits: dict[int, int] = field(default_factory=dict)  # capture's probe id -> hits
+    sources: dict[str, str] = field(default_factory=dict)  # table -> "counters" | "events"

@@ -1,0 +1,307 @@
+"""Snapshot -> the summary JSON (docs/summary-schema.md), the text report, interval lines.
+
+Pure: strings and dicts out, the caller prints or writes them. The text report keeps the
+bcc manners: under 80 columns, a latency histogram drawn as bars, top-N tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
+
+SCHEMA_VERSION = 1
+WIDTH = 80
+
+
+def _lat(ls: LatencyStats) -> dict[str, Any]:
+    return {
+        "count": ls.count,
+        "p50": ls.p50,
+        "p90": ls.p90,
+        "p99": ls.p99,
+        "max": ls.max,
+        "sum": ls.sum,
+        "histogram": [[lo, n] for lo, n in ls.histogram],
+    }
+
+
+def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
+    """The versioned --summary-json document. Same Snapshot -> same dict (sorted, no clock)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "target": {
+            "pid": snap.pid,
+            "exe": snap.exe,
+            "go_version": snap.go_version,
+            "gomaxprocs": snap.gomaxprocs,
+        },
+        "mode": snap.mode,
+        "window": snap.window,
+        "windows": {"count": snap.windows, "covered_ns": snap.windows_covered_ns},
+        "duration_s": round(max(0, snap.now - snap.start) / 1e9, 6),
+        "events": {"total": snap.events_total, "lost": snap.events_lost, "late": snap.late_events},
+        "illegal_transitions": snap.illegal_transitions,
+        "procs": [
+            {
+                "id": p.id,
+                "running_ns": p.running_ns,
+                "idle_ns": p.idle_ns,
+                "spinning_ns": p.spinning_ns,
+                "syscall_ns": p.syscall_ns,
+                "gcstop_ns": p.gcstop_ns,
+                "executes": p.executes,
+                "steals_in": p.steals_in,
+                "steals_out": p.steals_out,
+                "sched_latency_ns": {k: v for k, v in _lat(p.latency).items() if k != "histogram"},
+            }
+            for p in snap.procs
+        ],
+        "steals": {
+            "attempts": snap.steals.attempts,
+            "count": snap.steals.count,
+            "goroutines": snap.steals.goroutines,
+            "matrix": [
+                {"thief": t, "victim": v, "attempts": a, "count": c, "goroutines": g}
+                for (t, v), (a, c, g) in sorted(snap.steals.matrix.items())
+            ],
+        },
+        "park_reasons": {
+            r.reason: {"count": r.count, "wait_ns": r.wait_ns} for r in snap.park_reasons
+        },
+        "sched_latency_ns": _lat(snap.sched_latency),
+        "sched_latency_by_reason_ns": {
+            name: {k: v for k, v in _lat(ls).items() if k != "histogram"}
+            for name, ls in sorted(snap.latency_by_reason.items())
+        },
+        "syscalls": {
+            "count": snap.syscalls,
+            "blocking": snap.syscalls_blocking,
+            "handoffs": snap.handoffs,
+        },
+        "preemptions": {
+            "requested": snap.preempt_requested,
+            "preempted": snap.preempted,
+            "gosched": snap.gosched,
+        },
+        "gc_stw": {
+            "count": snap.stw_count,
+            "total_ns": snap.stw_total_ns,
+            "max_ns": snap.stw_max_ns,
+            "by_reason": {k: {"count": c, "total_ns": t} for k, (c, t) in snap.stw_reasons.items()},
+        },
+        "goroutines": {
+            "created": snap.goroutines_created,
+            "exited": snap.goroutines_exited,
+            "live": snap.goroutines_live,
+            "states": dict(snap.g_state_counts),
+        },
+        "mutex": {
+            "contentions": snap.mutex_contentions,
+            "wait_ns": snap.mutex_wait_ns,
+            "top": [
+                {"stack": list(s.stack), "count": s.count, "wait_ns": s.wait_ns}
+                for s in snap.mutex_stacks[:top]
+            ],
+            "by_addr": [
+                {"addr": f"0x{a:x}", "count": c, "wait_ns": w}
+                for a, (c, w) in sorted(
+                    snap.mutex_by_addr.items(), key=lambda kv: (-kv[1][1], kv[0])
+                )[:top]
+            ],
+        },
+        "sources": dict(sorted(snap.sources.items())),
+    }
+
+
+# ---------------------------------------------------------------- text
+
+
+def fmt_ns(ns: float) -> str:
+    """Short human duration: 950ns, 12.3us, 4.5ms, 1.20s."""
+    if ns < 1_000:
+        return f"{int(ns)}ns"
+    if ns < 1_000_000:
+        return f"{ns / 1e3:.1f}us"
+    if ns < 1_000_000_000:
+        return f"{ns / 1e6:.1f}ms"
+    return f"{ns / 1e9:.2f}s"
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:5.1f}%" if whole > 0 else "    -"
+
+
+def _fit(s: str, width: int) -> str:
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+def _frame(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def latency_bars(ls: LatencyStats, width: int = WIDTH) -> list[str]:
+    """runqlat-style power-of-two histogram (bucket pairs merged to powers of two)."""
+    if not ls.count:
+        return ["  (no scheduling-latency samples)"]
+    pow2: dict[int, int] = {}
+    for lo, n in ls.histogram:
+        k = max(lo, 1).bit_length() - 1
+        pow2[k] = pow2.get(k, 0) + n
+    lo_k, hi_k = min(pow2), max(pow2)
+    peak = max(pow2.values())
+    bar_w = width - 44
+    out = [f"{'latency':>21} : {'count':<9} distribution"]
+    for k in range(lo_k, hi_k + 1):
+        n = pow2.get(k, 0)
+        rng = f"{fmt_ns(1 << k) if k else '0'} -> {fmt_ns((1 << (k + 1)) - 1)}"
+        bar = "*" * (round(bar_w * n / peak) if peak else 0)
+        out.append(f"{rng:>21} : {n:<9} |{bar:<{bar_w}}|")
+    return out
+
+
+def text_report(snap: Snapshot, *, top: int = 5) -> str:
+    dur = max(0, snap.now - snap.start)
+    lines: list[str] = []
+    add = lines.append
+    add(
+        _fit(
+            f"gmpmon: pid {snap.pid} {snap.go_version} GOMAXPROCS={snap.gomaxprocs} "
+            f"mode={snap.mode} ({snap.window}) {fmt_ns(dur)}",
+            WIDTH,
+        )
+    )
+    lost = f", {snap.events_lost} LOST" if snap.events_lost else ""
+    add(f"events {snap.events_total}{lost}, illegal transitions {snap.illegal_transitions}")
+    if snap.events_lost:
+        add("  (lost events: try --mode default, or a bigger ring buffer)")
+    if snap.window == "windows":
+        add(
+            f"  timeline numbers come from {snap.windows} duty-cycle windows "
+            f"({fmt_ns(snap.windows_covered_ns)} covered)"
+        )
+    elif snap.window == "sampled":
+        add("  P state times are approximate (sampled)")
+    add("")
+    add("Ps          running    search      idle   syscall   execs  stole  stolen  p99")
+    for p in snap.procs:
+        tot = p.running_ns + p.spinning_ns + p.idle_ns + p.syscall_ns + p.gcstop_ns
+        add(
+            f"P{p.id:<3} {PState(p.state).name[:4]:<4} {_pct(p.running_ns, tot):>8} "
+            f"{_pct(p.spinning_ns, tot):>9} {_pct(p.idle_ns, tot):>9} "
+            f"{_pct(p.syscall_ns, tot):>9} {p.executes:>7} {p.steals_in:>6} "
+            f"{p.steals_out:>7} {fmt_ns(p.latency.p99):>6}"[:WIDTH]
+        )
+    add("")
+    ls = snap.sched_latency
+    add(
+        _fit(
+            f"Scheduling latency (runnable->running): {ls.count}, p50 {fmt_ns(ls.p50)} "
+            f"p90 {fmt_ns(ls.p90)} p99 {fmt_ns(ls.p99)} max {fmt_ns(ls.max)}",
+            WIDTH,
+        )
+    )
+    lines.extend(latency_bars(ls))
+    if snap.latency_by_reason:
+        add("")
+        add(f"{'by wake reason':<28} {'count':>9} {'p50':>9} {'p99':>9} {'max':>9}")
+        ranked = sorted(snap.latency_by_reason.items(), key=lambda kv: (-kv[1].count, kv[0]))
+        for name, rl in ranked[:top]:
+            add(
+                f"{_fit(name, 28):<28} {rl.count:>9} {fmt_ns(rl.p50):>9} "
+                f"{fmt_ns(rl.p99):>9} {fmt_ns(rl.max):>9}"
+            )
+    add("")
+    add(f"{'Top park reasons':<34} {'count':>10} {'total wait':>12} {'avg wait':>10}")
+    if not snap.park_reasons:
+        add("  (none)")
+    for r in snap.park_reasons[:top]:
+        avg = fmt_ns(r.wait_ns / r.count) if r.count else "-"
+        add(f"{_fit(r.reason, 34):<34} {r.count:>10} {fmt_ns(r.wait_ns):>12} {avg:>10}")
+    add("")
+    st = snap.steals
+    add(
+        f"Work stealing: {st.attempts} attempts, {st.count} successful, "
+        f"{st.goroutines} goroutines taken"
+    )
+    ids = sorted({k[0] for k in st.matrix} | {k[1] for k in st.matrix})
+    if ids and len(ids) <= 12:
+        add("  goroutines taken, thief (row) from victim (column):")
+        add("  " + "thief".ljust(6) + "".join(f"{'P' + str(v):>6}" for v in ids))
+        for t in ids:
+            cells = "".join(f"{st.matrix.get((t, v), (0, 0, 0))[2] or '.':>6}" for v in ids)
+            add(_fit(f"  {'P' + str(t):<6}{cells}", WIDTH))
+    elif ids:
+        add(f"  ({len(ids)} Ps: matrix omitted, see --summary-json)")
+    add("")
+    add(
+        f"Syscalls {snap.syscalls} (blocking {snap.syscalls_blocking}), "
+        f"handoffs {snap.handoffs}; preemptions requested {snap.preempt_requested}, "
+        f"done {snap.preempted}"[:WIDTH]
+    )
+    add(
+        f"GC stop-the-world: {snap.stw_count} pauses, total {fmt_ns(snap.stw_total_ns)}, "
+        f"max {fmt_ns(snap.stw_max_ns)}"
+    )
+    add(
+        f"Goroutines: {snap.goroutines_created} created, {snap.goroutines_exited} exited, "
+        f"{snap.goroutines_live} live (seen)"
+    )
+    add("")
+    add(f"Mutex contention: {snap.mutex_contentions} waits, {fmt_ns(snap.mutex_wait_ns)} total")
+    for s in snap.mutex_stacks[:top]:
+        add(f"  {fmt_ns(s.wait_ns):>9} {s.count:>8}x")
+        frames = [_frame(f) for f in s.stack]
+        for f in list(reversed(frames))[:6]:
+            add(_fit(f"      {f}", WIDTH))
+        if len(frames) > 6:
+            add(f"      ... {len(frames) - 6} more frames")
+    return "\n".join(line.rstrip()[:WIDTH] for line in lines) + "\n"
+
+
+_LETTER = {
+    PState.UNKNOWN: "?",
+    PState.RUNNING: "R",
+    PState.SEARCHING: "S",
+    PState.IDLE: "I",
+    PState.SYSCALL: "Y",
+    PState.GCSTOP: "G",
+}
+
+
+def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
+    """One schedtrace-like line for the interval since ``prev``.
+
+    ``12.0s P0:R3 P1:S0 grq=4 steals=12 parks=340 lat99=45us lost=0`` — per P its state
+    letter (R running, S searching, I idle, Y syscall, G GC stop, ? unknown) and local runq.
+    """
+    t = (snap.now - snap.start) / 1e9
+    ps = " ".join(f"P{p.id}:{_LETTER[PState(p.state)]}{p.runq}" for p in snap.procs)
+    steals = snap.steals.count - (prev.steals.count if prev else 0)
+    parks = sum(r.count for r in snap.park_reasons) - (
+        sum(r.count for r in prev.park_reasons) if prev else 0
+    )
+    lost = snap.events_lost - (prev.events_lost if prev else 0)
+    lat99 = _interval_p99(snap.sched_latency, prev.sched_latency if prev else None)
+    tail = f" grq={snap.global_runq} steals={steals} parks={parks} lat99={lat99} lost={lost}"
+    head = f"{t:7.1f}s "
+    room = WIDTH - len(head) - len(tail)
+    if len(ps) > room:
+        ps = ps[: max(room - 3, 0)] + "..."
+    return head + ps + tail
+
+
+def _interval_p99(cur: LatencyStats, prev: LatencyStats | None) -> str:
+    before = dict(prev.histogram) if prev else {}
+    delta = [(lo, n - before.get(lo, 0)) for lo, n in cur.histogram]
+    delta = [(lo, n) for lo, n in delta if n > 0]
+    total = sum(n for _, n in delta)
+    if not total:
+        return "-"
+    rank = -(-99 * total // 100)
+    acc = 0
+    for lo, n in delta:
+        acc += n
+        if acc >= rank:
+            return fmt_ns(lo)
+    return "-"
