@@ -1,0 +1,51 @@
+"""Creating output files safely: 0600, never through a symlink, checked before any work."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import BinaryIO
+
+from gmpmon.errors import UsageError
+
+
+def check_output_path(path: str) -> None:
+    """Fail early (before attaching or exporting) if ``path`` cannot be written safely."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise UsageError(f"{path}: directory {parent} does not exist") from None
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{path}: directory {parent} is not writable") from None
+        return
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"{path}: is a symbolic link; refusing to write through it")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{path}: exists and is not a regular file")
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"{path}: not writable")
+
+
+def open_private(path: str) -> BinaryIO:
+    """Create ``path`` mode 0600 (replacing a regular file), refusing symlinks. Unbuffered."""
+    check_output_path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(2):
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileExistsError:
+            # A regular file (checked above): replace it, but never follow a link that a
+            # racing process put there in the meantime (O_EXCL|O_NOFOLLOW on the retry).
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                raise UsageError(f"{path}: is not a regular file; refusing to write") from None
+            os.unlink(path)
+            continue
+        except OSError as e:
+            raise UsageError(f"{path}: {e.strerror}") from None
+        return os.fdopen(fd, "wb", buffering=0)
+    raise UsageError(f"{path}: keeps reappearing; refusing to write")
