@@ -39,6 +39,12 @@ class ProbeSite:
     entry_insn: str  # e.g. "push rbp"
     rets: tuple[int, ...] = ()
     call_results: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # RSP at entry_site minus RSP at the function's entry: 0 at `push rbp` / the check's jbe;
+    # negative when the site lies past `sub rsp` (Go 1.19 prologues). The return address is
+    # at [RSP - entry_sp_delta] there.
+    entry_sp_delta: int = 0
+    # False when no emulated site was usable and entry_site is single-stepped (~25 µs/hit).
+    entry_emulated: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,17 +1,126 @@
-"""`gmpmon inspect` (placeholder until its issue lands: exits 1 with a clear line)."""
+"""`gmpmon inspect PID|BINARY [--json]`: what gmpmon reads from a Go binary, and where it
+would put its probes. Needs no root for a file; a pid needs permission to read /proc/PID/exe.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import textwrap
 from typing import Any
 
-from gmpmon.errors import GmpmonError
+from gmpmon.binary import BinaryInfo, load, load_pid, to_json
+
+EPILOG = """\
+examples:
+  gmpmon inspect ./server            # summary of a binary
+  sudo gmpmon inspect 1234           # of a running process (also its PIE load bias)
+  gmpmon inspect ./server --json     # everything, for tools (addresses as "0x..." strings)
+  gmpmon inspect ./1234              # a file whose name is all digits
+"""
+
+WIDTH = 79
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("inspect", help="inspect (not implemented yet)")
+    p = sub.add_parser(
+        "inspect",
+        help="show Go version, symbols, struct offsets and probe sites of a Go binary",
+        description="Show what gmpmon reads from a Go binary and where it would probe it.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("target", metavar="PID|BINARY", help="a process id, or a path to a Go binary")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
+def resolve(target: str) -> BinaryInfo:
+    if target.isdigit():
+        return load_pid(int(target))
+    return load(target)
+
+
+def _yn(b: bool) -> str:
+    return "yes" if b else "no"
+
+
+def render(info: BinaryInfo) -> str:
+    lines: list[str] = [info.path]
+    if info.pid is not None:
+        lines.append(f"pid {info.pid}, load bias {info.load_bias:#x}")
+    lines.append(
+        f"{info.go_version} {info.arch}  pie: {_yn(info.pie)}  stripped: "
+        f"{_yn(info.stripped)}  dwarf: {_yn(info.dwarf)}  offsets: {info.offsets_source}"
+    )
+    lines.append(
+        f"functions: {len(info.functab.names)}  wait reasons: {len(info.wait_reasons)}  "
+        f"stw reasons: {len(info.stw_reasons)}  g states: {len(info.g_status)}"
+    )
+    o = info.offsets
+    lines.append(
+        "g: goid {} m {} status {} waitreason {}   m: id {} procid {} curg {} p {}".format(
+            *(
+                o.get(k, "?")
+                for k in (
+                    "runtime.g.goid",
+                    "runtime.g.m",
+                    "runtime.g.atomicstatus",
+                    "runtime.g.waitreason",
+                    "runtime.m.id",
+                    "runtime.m.procid",
+                    "runtime.m.curg",
+                    "runtime.m.p",
+                )
+            )
+        )
+    )
+    lines.append(
+        "p: id {} status {} runqhead {} runq {} runnext {}   sched: runqsize {}".format(
+            *(
+                o.get(k, "?")
+                for k in (
+                    "runtime.p.id",
+                    "runtime.p.status",
+                    "runtime.p.runqhead",
+                    "runtime.p.runq",
+                    "runtime.p.runnext",
+                    "runtime.schedt.runqsize",
+                )
+            )
+        )
+    )
+    lines.append("")
+    lines.append(f"{'probe role':<29} {'entry':<9} {'entry insn':<19} rets")
+    for role, s in info.probe_sites.items():
+        insn = s.entry_insn if s.entry_emulated else f"{s.entry_insn} (slow)"
+        insn = insn if len(insn) <= 19 else insn[:16] + "..."
+        extra = ""
+        if s.call_results:
+            extra = " +" + ",".join(
+                f"{len(v)} after {k.split('.')[-1]}" for k, v in s.call_results.items()
+            )
+        lines.append(f"{role:<29} {s.entry_site:<#9x} {insn:<19} {len(s.rets)}{extra}")
+    if info.missing_optional:
+        lines.append("")
+        lines.append("disabled:")
+        for feat, why in info.missing_optional.items():
+            lines.extend(
+                textwrap.wrap(
+                    f"{feat}: {why}", WIDTH, initial_indent="  ", subsequent_indent="    "
+                )
+            )
+    return "\n".join(
+        line if len(line) <= WIDTH else "\n".join(textwrap.wrap(line, WIDTH)) for line in lines
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    raise GmpmonError("'inspect' is not implemented yet")
+    info = resolve(args.target)
+    if args.json:
+        json.dump(to_json(info), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(render(info))
+    return 0

@@ -1,0 +1,184 @@
+"""Struct field offsets from DWARF, reading only the few structs gmpmon needs.
+
+Walking every DIE of a Go binary with pyelftools takes seconds; even the top-level DIEs of
+every CU take ~0.4 s. Go's linker writes type names inline (DW_FORM_string) right after the
+DIE's one-byte abbrev code, so the DIE of ``runtime.g`` starts one byte before the bytes
+``runtime.g\\0`` in .debug_info: we search for the name, parse the DIE there and keep it
+only if it really is a structure type of that name. The walk is the fallback.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from gmpmon.errors import BinaryFormatError
+
+# Struct -> fields the probes read, as dotted paths into nested structs. Keys of the result
+# are "runtime.g.goid" etc.; a field in an atomic wrapper resolves to the value inside it.
+WANTED: dict[str, tuple[str, ...]] = {
+    "runtime.g": (
+        "goid",
+        "m",
+        "atomicstatus",
+        "waitreason",
+        "sched",
+        "parentGoid",
+        "sched.sp",
+        "sched.pc",
+        "sched.bp",
+    ),
+    "runtime.m": ("g0", "id", "procid", "curg", "p", "spinning", "oldp"),
+    "runtime.p": (
+        "id",
+        "status",
+        "runqhead",
+        "runqtail",
+        "runq",
+        "runnext",
+        "m",
+        "schedtick",
+        "syscalltick",
+    ),
+    "runtime.schedt": ("npidle", "nmspinning", "runqsize", "runq.size"),
+}
+
+# Fields that do not exist in every supported version; absence is not an error.
+OPTIONAL_FIELDS = frozenset(
+    {"runtime.g.parentGoid", "runtime.schedt.runqsize", "runtime.schedt.runq.size"}
+)
+
+# The global run queue length moved from schedt.runqsize (<=1.24) into schedt.runq.size
+# (1.25+); both are published under this stable key.
+RUNQSIZE_KEY = "runtime.schedt.runqsize"
+
+
+def _name(die: Any) -> str | None:
+    a = die.attributes.get("DW_AT_name")
+    if a is None:
+        return None
+    v = a.value
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _member_offset(die: Any) -> int:
+    loc = die.attributes["DW_AT_data_member_location"].value
+    if isinstance(loc, int):
+        return loc
+    # A location expression: Go never emits one, but DW_OP_plus_uconst <uleb> is the form.
+    if isinstance(loc, list) and loc and loc[0] == 0x23:
+        val, shift = 0, 0
+        for b in loc[1:]:
+            val |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        return val
+    raise BinaryFormatError(f"unsupported DW_AT_data_member_location {loc!r}")
+
+
+def _type_die(die: Any) -> Any | None:
+    if "DW_AT_type" not in die.attributes:
+        return None
+    t = die.get_DIE_from_attribute("DW_AT_type")
+    # typedefs (rare in Go's DWARF) are looked through.
+    while t is not None and t.tag == "DW_TAG_typedef" and "DW_AT_type" in t.attributes:
+        t = t.get_DIE_from_attribute("DW_AT_type")
+    return t
+
+
+def _members(struct_die: Any) -> dict[str, Any]:
+    return {
+        n: c
+        for c in struct_die.iter_children()
+        if c.tag == "DW_TAG_member" and (n := _name(c)) is not None
+    }
+
+
+def _is_atomic_wrapper(die: Any) -> bool:
+    n = _name(die) or ""
+    return die.tag == "DW_TAG_structure_type" and "atomic." in n
+
+
+def _resolve(struct_die: Any, path: str) -> int | None:
+    off = 0
+    die = struct_die
+    for part in path.split("."):
+        if die is None or die.tag != "DW_TAG_structure_type":
+            return None
+        mem = _members(die).get(part)
+        if mem is None:
+            return None
+        off += _member_offset(mem)
+        die = _type_die(mem)
+    # atomic.Int32{_ noCopy; v int32}, atomic.Bool{u Uint8}, ...: the value's offset.
+    depth = 0
+    while die is not None and _is_atomic_wrapper(die) and depth < 4:
+        inner = [(n, m) for n, m in _members(die).items() if n != "_"]
+        if not inner:
+            break
+        off += _member_offset(inner[0][1])
+        die = _type_die(inner[0][1])
+        depth += 1
+    return off
+
+
+def _find_structs(dwarf: Any, names: set[str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    info = dwarf.debug_info_sec.stream.getvalue()
+    for name in names:
+        needle = name.encode() + b"\0"
+        pos = info.find(needle)
+        while pos > 0 and name not in found:
+            try:
+                die = dwarf.get_DIE_from_refaddr(pos - 1)
+                if die.tag == "DW_TAG_structure_type" and _name(die) == name:
+                    found[name] = die
+            except Exception:  # a wrong guess at a DIE start; keep looking
+                pass
+            pos = info.find(needle, pos + 1)
+    missing = names - set(found)
+    if missing:
+        for cu in dwarf.iter_CUs():
+            for die in cu.get_top_DIE().iter_children():
+                if die.tag == "DW_TAG_structure_type" and (n := _name(die)) in missing:
+                    found[n] = die
+                    missing.discard(n)
+            if not missing:
+                break
+    return found
+
+
+def read_offsets(data: bytes, path: str) -> dict[str, int] | None:
+    """{"runtime.g.goid": 152, ...} from DWARF, or None when the binary has no DWARF."""
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        elf = ELFFile(io.BytesIO(data))
+        if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_info") is None:
+            return None
+        dwarf = elf.get_dwarf_info()
+        structs = _find_structs(dwarf, set(WANTED))
+        out: dict[str, int] = {}
+        for sname, fields in WANTED.items():
+            die = structs.get(sname)
+            if die is None:
+                raise BinaryFormatError(f"{path}: DWARF has no type {sname}")
+            for f in fields:
+                off = _resolve(die, f)
+                key = f"{sname}.{f}"
+                if off is None:
+                    if key in OPTIONAL_FIELDS:
+                        continue
+                    raise BinaryFormatError(f"{path}: DWARF type {sname} has no field {f}")
+                out[key] = off
+    except BinaryFormatError:
+        raise
+    except Exception as e:  # pyelftools raises anything on damaged DWARF
+        raise BinaryFormatError(f"{path}: damaged DWARF ({type(e).__name__}: {e})") from e
+    nested = out.pop("runtime.schedt.runq.size", None)
+    if RUNQSIZE_KEY not in out:
+        if nested is None:
+            raise BinaryFormatError(f"{path}: DWARF runtime.schedt has no runqsize or runq.size")
+        out[RUNQSIZE_KEY] = nested
+    return out

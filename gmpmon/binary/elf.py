@@ -1,0 +1,256 @@
+"""A small, bounds-checked ELF reader: header, sections, symbols, reads by virtual address.
+
+pyelftools is used only for DWARF; everything else is parsed here because the inputs may be
+hostile or damaged (the parser must fail with :class:`BinaryFormatError`, never an arbitrary
+exception) and because the Go symbol table is large enough that per-symbol objects are slow.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from gmpmon.errors import BinaryFormatError, NotGoError, UnsupportedError
+
+ELF_MAGIC = b"\x7fELF"
+ET_EXEC = 2
+ET_DYN = 3
+EM_X86_64 = 62
+SHT_NOBITS = 8
+SHT_SYMTAB = 2
+SHF_ALLOC = 0x2
+SHF_COMPRESSED = 0x800
+PT_LOAD = 1
+STT_OBJECT = 1
+STT_FUNC = 2
+R_X86_64_RELATIVE = 8
+
+# e_machine -> GOARCH, for naming what we refuse.
+MACHINES: dict[int, str] = {
+    3: "386",
+    8: "mips",
+    20: "ppc",
+    21: "ppc64",
+    22: "s390x",
+    40: "arm",
+    62: "amd64",
+    183: "arm64",
+    243: "riscv64",
+    258: "loong64",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    name: str
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    entsize: int
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    type: int
+    offset: int
+    vaddr: int
+    filesz: int
+    memsz: int
+
+
+@dataclass(frozen=True, slots=True)
+class Symbol:
+    name: str
+    value: int
+    size: int
+    type: int  # STT_*
+
+
+class Elf:
+    """An ELF file held in memory. Every accessor checks bounds against the file."""
+
+    def __init__(self, data: bytes, path: str = "<bytes>") -> None:
+        self.data = data
+        self.path = path
+        if len(data) < 16 or data[:4] != ELF_MAGIC:
+            raise NotGoError(f"{path} is not an ELF executable, so not a Go program")
+        ei_class, ei_data = data[4], data[5]
+        if ei_class not in (1, 2):
+            raise BinaryFormatError(f"{path}: bad ELF class {ei_class}")
+        if ei_data != 1:
+            raise UnsupportedError(f"{path}: big-endian ELF is not supported (amd64 only)")
+        self.is64 = ei_class == 2
+        hdr_fmt = "<HHIQQQIHHHHHH" if self.is64 else "<HHIIIIIHHHHHH"
+        hdr = self._unpack(hdr_fmt, 16, "ELF header")
+        (
+            self.etype,
+            self.machine,
+            _ver,
+            self.entry,
+            phoff,
+            shoff,
+            _flags,
+            _ehsize,
+            phentsize,
+            phnum,
+            shentsize,
+            shnum,
+            shstrndx,
+        ) = hdr
+        self.arch = MACHINES.get(self.machine, f"e_machine={self.machine}")
+        self.segments = self._read_segments(phoff, phentsize, phnum)
+        self.sections = self._read_sections(shoff, shentsize, shnum, shstrndx)
+
+    # -- raw access -------------------------------------------------------------------------
+
+    def _unpack(self, fmt: str, off: int, what: str) -> tuple[int, ...]:
+        size = struct.calcsize(fmt)
+        if off < 0 or off + size > len(self.data):
+            raise BinaryFormatError(f"{self.path}: truncated ELF ({what} out of the file)")
+        return struct.unpack_from(fmt, self.data, off)
+
+    def bytes_at(self, off: int, size: int, what: str) -> bytes:
+        if off < 0 or size < 0 or off + size > len(self.data):
+            raise BinaryFormatError(f"{self.path}: truncated ELF ({what} out of the file)")
+        return self.data[off : off + size]
+
+    def _read_segments(self, phoff: int, phentsize: int, phnum: int) -> tuple[Segment, ...]:
+        if phnum == 0:
+            return ()
+        fmt = "<IIQQQQQQ" if self.is64 else "<IIIIIIII"
+        need = struct.calcsize(fmt)
+        if phentsize < need:
+            raise BinaryFormatError(f"{self.path}: bad program header size {phentsize}")
+        segs = []
+        for i in range(phnum):
+            f = self._unpack(fmt, phoff + i * phentsize, "program header")
+            if self.is64:
+                ptype, _fl, off, vaddr, _pa, filesz, memsz, _al = f
+            else:
+                ptype, off, vaddr, _pa, filesz, memsz, _fl, _al = f
+            segs.append(Segment(ptype, off, vaddr, filesz, memsz))
+        return tuple(segs)
+
+    def _read_sections(
+        self, shoff: int, shentsize: int, shnum: int, shstrndx: int
+    ) -> dict[str, Section]:
+        if shnum == 0 or shoff == 0:
+            return {}
+        fmt = "<IIQQQQIIQQ" if self.is64 else "<IIIIIIIIII"
+        if shentsize < struct.calcsize(fmt):
+            raise BinaryFormatError(f"{self.path}: bad section header size {shentsize}")
+        if shnum > len(self.data) // max(shentsize, 1):
+            raise BinaryFormatError(f"{self.path}: truncated ELF (section headers)")
+        raw = [self._unpack(fmt, shoff + i * shentsize, "section header") for i in range(shnum)]
+        if not 0 <= shstrndx < shnum:
+            raise BinaryFormatError(f"{self.path}: bad section name table index {shstrndx}")
+        strtab = raw[shstrndx]
+        str_off, str_size = strtab[4], strtab[5]
+        names = self.bytes_at(str_off, str_size, "section name table")
+        out: dict[str, Section] = {}
+        for r in raw:
+            name_off, stype, flags, addr, off, size, link, _info, _align, entsize = r
+            name = _cstring(names, name_off, self.path)
+            if name and name not in out:
+                out[name] = Section(name, stype, flags, addr, off, size, link, entsize)
+        return out
+
+    # -- sections ---------------------------------------------------------------------------
+
+    def section(self, name: str) -> Section | None:
+        return self.sections.get(name)
+
+    def section_data(self, name: str) -> bytes | None:
+        s = self.sections.get(name)
+        if s is None or s.type == SHT_NOBITS:
+            return None
+        return self.bytes_at(s.offset, s.size, f"section {name}")
+
+    def read_vaddr(self, addr: int, size: int) -> bytes:
+        """Bytes at a link-time virtual address, from the file (not .bss)."""
+        for s in self.sections.values():
+            if (
+                s.flags & SHF_ALLOC
+                and s.type != SHT_NOBITS
+                and s.addr <= addr
+                and addr + size <= s.addr + s.size
+            ):
+                return self.bytes_at(s.offset + addr - s.addr, size, f"data at {addr:#x}")
+        for g in self.segments:
+            if g.type == PT_LOAD and g.vaddr <= addr and addr + size <= g.vaddr + g.filesz:
+                return self.bytes_at(g.offset + addr - g.vaddr, size, f"data at {addr:#x}")
+        raise BinaryFormatError(f"{self.path}: address {addr:#x} is not in the file")
+
+    def read_ptr(self, addr: int) -> int:
+        """A pointer stored at `addr`, with PIE's load-time RELATIVE relocations applied."""
+        raw: int = struct.unpack("<Q", self.read_vaddr(addr, 8))[0]
+        if raw == 0 and self.etype == ET_DYN:
+            return self.relative_relocs().get(addr, 0)
+        return raw
+
+    _relocs: dict[int, int] | None = None
+
+    def relative_relocs(self) -> dict[int, int]:
+        """R_X86_64_RELATIVE relocations (target address -> addend) of a PIE, cached."""
+        if self._relocs is None:
+            relocs: dict[int, int] = {}
+            for s in self.sections.values():
+                if s.type != 4 or s.entsize != 24:  # SHT_RELA, Elf64_Rela
+                    continue
+                data = self.bytes_at(s.offset, s.size - s.size % 24, f"section {s.name}")
+                for off, info, addend in struct.iter_unpack("<QQq", data):
+                    if info & 0xFFFFFFFF == R_X86_64_RELATIVE:
+                        relocs[off] = addend
+            self._relocs = relocs
+        return self._relocs
+
+    # -- symbols ----------------------------------------------------------------------------
+
+    def symbols(self) -> list[Symbol] | None:
+        """Function and object symbols from .symtab, or None when the binary is stripped."""
+        s = self.sections.get(".symtab")
+        if s is None or s.type != SHT_SYMTAB or not self.is64:
+            return None
+        if not 0 < s.link < 1 << 16:
+            raise BinaryFormatError(f"{self.path}: .symtab has no string table")
+        strsec = self._section_by_index(s.link)
+        if strsec is None:
+            raise BinaryFormatError(f"{self.path}: .symtab string table index {s.link} is bad")
+        names = self.bytes_at(strsec.offset, strsec.size, ".strtab")
+        data = self.bytes_at(s.offset, s.size - s.size % 24, ".symtab")
+        out: list[Symbol] = []
+        for name_off, info, _other, _shndx, value, size in struct.iter_unpack("<IBBHQQ", data):
+            stype = info & 0xF
+            if stype in (STT_FUNC, STT_OBJECT) and name_off:
+                out.append(Symbol(_cstring(names, name_off, self.path), value, size, stype))
+        return out
+
+    def _section_by_index(self, index: int) -> Section | None:
+        # Sections are kept by name; re-read the one header we need by index.
+        data = self.data
+        if self.is64:
+            shoff = struct.unpack_from("<Q", data, 0x28)[0]
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        else:
+            return None
+        if not 0 <= index < shnum:
+            return None
+        r = self._unpack("<IIQQQQIIQQ", shoff + index * shentsize, "section header")
+        name_off, stype, flags, addr, off, size, link, _info, _align, entsize = r
+        strtab = self._unpack("<IIQQQQIIQQ", shoff + shstrndx * shentsize, "section header")
+        names = self.bytes_at(strtab[4], strtab[5], "section name table")
+        return Section(
+            _cstring(names, name_off, self.path), stype, flags, addr, off, size, link, entsize
+        )
+
+
+def _cstring(buf: bytes, off: int, path: str) -> str:
+    if not 0 <= off <= len(buf):
+        raise BinaryFormatError(f"{path}: string offset {off} out of its table")
+    end = buf.find(b"\0", off)
+    if end < 0:
+        end = len(buf)
+    return buf[off:end].decode("utf-8", "replace")

@@ -1,0 +1,283 @@
+"""Build a BinaryInfo from a Go ELF: version, symbols, offsets, enum names, probe sites."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from gmpmon.binary import dwarf, pclntab, probes, table
+from gmpmon.binary.buildinfo import go_minor, read_buildinfo_version
+from gmpmon.binary.elf import ET_DYN, ET_EXEC, STT_FUNC, Elf
+from gmpmon.binary.info import BinaryInfo, FuncTab, ProbeSite
+from gmpmon.errors import (
+    BinaryFormatError,
+    GmpmonError,
+    NotGoError,
+    PermissionDenied,
+    TargetError,
+    UnsupportedError,
+)
+
+MIN_MINOR = 19
+# go1.20 had no toolchain to verify against (go-runtime.md): refused rather than guessed.
+UNVERIFIED_MINORS = frozenset({20})
+
+GLOBALS: tuple[str, ...] = (
+    "runtime.allp",
+    "runtime.sched",
+    "runtime.gomaxprocs",
+    "runtime.allm",
+    "runtime.allgs",
+    "runtime.buildVersion",
+    "runtime.waitReasonStrings",
+    "runtime.stwReasonStrings",
+    "runtime.gStatusStrings",
+)
+SAMPLE_GLOBALS: tuple[str, ...] = (
+    "runtime.allp",
+    "runtime.sched",
+    "runtime.gomaxprocs",
+    "runtime.allm",
+    "runtime.waitReasonStrings",
+)
+MAX_STRINGS = 512
+
+
+class _Funcs:
+    """Function symbols: name -> candidate (entry, size) list; all functions for FuncTab."""
+
+    def __init__(self, elf: Elf) -> None:
+        self.elf = elf
+        self.by_name: dict[str, list[tuple[int, int]]] = {}
+        self.globals: dict[str, tuple[int, int]] = {}
+        syms = elf.symbols()
+        self.from_symtab = syms is not None
+        rows: list[tuple[int, int, str]] = []
+        if syms is not None:
+            for s in syms:
+                if s.type == STT_FUNC:
+                    self.by_name.setdefault(s.name, []).append((s.value, s.size))
+                    rows.append((s.value, s.value + s.size, s.name))
+                else:
+                    self.globals.setdefault(s.name, (s.value, s.size))
+        else:
+            for name, start, end in pclntab.read_pclntab(elf):
+                self.by_name.setdefault(name, []).append((start, end - start))
+                rows.append((start, end, name))
+        rows.sort()
+        self.functab = FuncTab(
+            starts=tuple(r[0] for r in rows),
+            ends=tuple(r[1] for r in rows),
+            names=tuple(r[2] for r in rows),
+        )
+
+    def code(self, entry: int, size: int) -> bytes:
+        return self.elf.read_vaddr(entry, size)
+
+    def resolve(self, name: str) -> tuple[int, int] | None:
+        """(entry, size) of the function body. pclntab lists an ABI wrapper under the same
+        name as the body it calls; the wrapper is the copy that calls or jumps to the other."""
+        cands = self.by_name.get(name)
+        if not cands:
+            return None
+        if len(cands) == 1:
+            return cands[0]
+        bodies = [
+            c
+            for c in cands
+            if not any(o != c and probes.calls_target(self.code(*c), c[0], o[0]) for o in cands)
+        ]
+        return max(bodies or cands, key=lambda c: c[1])
+
+
+def _read_go_strings(elf: Elf, addr: int, size: int, what: str) -> tuple[str, ...]:
+    n = size // 16
+    if n > MAX_STRINGS:
+        raise BinaryFormatError(f"{elf.path}: {what} has {n} entries")
+    out = []
+    for i in range(n):
+        ptr = elf.read_ptr(addr + 16 * i)
+        (length,) = struct.unpack("<Q", elf.read_vaddr(addr + 16 * i + 8, 8))
+        if length == 0:
+            out.append("")
+            continue
+        if length > 256:
+            raise BinaryFormatError(f"{elf.path}: {what}[{i}] is {length} bytes long")
+        out.append(elf.read_vaddr(ptr, length).decode("utf-8", "replace"))
+    return tuple(out)
+
+
+def _check_version(path: str, version: str) -> int:
+    minor = go_minor(version)
+    if minor is None:
+        raise UnsupportedError(f"{path}: cannot parse the Go version {version!r}")
+    if minor < MIN_MINOR:
+        raise UnsupportedError(f"{path}: built by {version}; gmpmon needs Go 1.19 or newer")
+    if minor in UNVERIFIED_MINORS:
+        raise UnsupportedError(
+            f"{path}: built by {version}; Go 1.20 was never verified by "
+            "gmpmon (1.19 and 1.21+ are supported)"
+        )
+    return minor
+
+
+def load_elf(data: bytes, path: str) -> BinaryInfo:
+    """BinaryInfo from the bytes of an executable (the work of :func:`load`)."""
+    try:
+        return _load_elf(data, path)
+    except GmpmonError:
+        raise
+    except (
+        struct.error,
+        IndexError,
+        ValueError,
+        KeyError,
+        OverflowError,
+        UnicodeError,
+        MemoryError,
+        RecursionError,
+    ) as e:
+        # Damaged bytes that slipped past the bounds checks; never a traceback for a file.
+        raise BinaryFormatError(f"{path}: malformed binary ({type(e).__name__}: {e})") from e
+
+
+def _load_elf(data: bytes, path: str) -> BinaryInfo:
+    elf = Elf(data, path)
+    if elf.section(".go.buildinfo") is None and elf.section(".gopclntab") is None:
+        raise NotGoError(f"{path} is not a Go program (no .go.buildinfo or .gopclntab)")
+    if elf.arch != "amd64" or not elf.is64:
+        raise UnsupportedError(f"{path}: a Go program for {elf.arch}; gmpmon supports amd64 only")
+    if elf.etype not in (ET_EXEC, ET_DYN):
+        raise UnsupportedError(f"{path}: ELF type {elf.etype} is not an executable")
+    version = read_buildinfo_version(elf)
+    funcs = _Funcs(elf)
+    build_version: str | None = None
+    if "runtime.buildVersion" in funcs.globals:
+        addr, _ = funcs.globals["runtime.buildVersion"]
+        (build_version,) = _read_go_strings(elf, addr, 16, "runtime.buildVersion")
+    if version is None:
+        version = build_version
+    if version is None:
+        raise UnsupportedError(f"{path}: cannot tell which Go version built it (no build info)")
+    if build_version is not None and build_version != version:
+        raise BinaryFormatError(
+            f"{path}: .go.buildinfo says {version} but runtime.buildVersion says {build_version}"
+        )
+    minor = _check_version(path, version)
+
+    symbols: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    sites: dict[str, ProbeSite] = {}
+    missing: dict[str, str] = {}
+    resolved: dict[str, tuple[str, int, int]] = {}
+    for role in (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES):
+        for sym in role.symbols:
+            r = funcs.resolve(sym)
+            if r is not None:
+                resolved[role.name] = (sym, *r)
+                break
+    callee_entries = {name: r[1] for name, r in resolved.items()}
+    for role in (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES):
+        if role.name not in resolved:
+            if role in probes.REQUIRED_ROLES:
+                raise UnsupportedError(
+                    f"{path}: required runtime function {role.name} not found ({version})"
+                )
+            missing[role.name] = probes.OPTIONAL_WHY[role.name]
+            continue
+        sym, entry, size = resolved[role.name]
+        if size <= 0 or size > 1 << 20:
+            raise BinaryFormatError(f"{path}: {sym} has a bad size {size}")
+        symbols[sym] = entry
+        sizes[sym] = size
+        sites[role.name] = probes.make_site(
+            role, sym, entry, funcs.code(entry, size), callee_entries
+        )
+    runqsteal = sites["runtime.runqsteal"]
+    if not runqsteal.call_results.get("runtime.runqgrab"):
+        missing["steal_count"] = (
+            "no jcc after runqsteal's call to runqgrab: the number stolen needs runqgrab's RETs"
+        )
+
+    for g in GLOBALS:
+        if g in funcs.globals:
+            symbols[g], sizes[g] = funcs.globals[g]
+    absent = [g for g in SAMPLE_GLOBALS if g not in funcs.globals]
+    if absent:
+        missing["sample"] = (
+            f"no {', '.join(absent)} (symbol table stripped): sampling "
+            "runtime state from memory is disabled"
+        )
+    if "runtime.sched" not in funcs.globals:
+        missing["global_runq"] = "no runtime.sched symbol: the global run queue length is unknown"
+
+    tab = table.table_for(minor)
+    offsets = dwarf.read_offsets(data, path)
+    has_dwarf = offsets is not None
+    if offsets is None:
+        if tab is None:
+            known = ", ".join(table.table_minors()) or "none"
+            raise UnsupportedError(
+                f"{path}: no DWARF and no offsets table for {version} (table has: {known})",
+                hint="rebuild without -ldflags=-w, or run scripts/gen-offsets-table",
+            )
+        offsets = {k: int(v) for k, v in tab["offsets"].items()}
+    offsets_source = "dwarf" if has_dwarf else "table"
+
+    def strings(sym: str, key: str) -> tuple[str, ...]:
+        if sym in funcs.globals:
+            addr, size = funcs.globals[sym]
+            return _read_go_strings(elf, addr, size, sym)
+        return tuple(tab.get(key, ())) if tab else ()
+
+    wait_reasons = strings("runtime.waitReasonStrings", "wait_reasons")
+    if not wait_reasons:
+        missing["wait_reasons"] = f"no runtime.waitReasonStrings and no table for {version}"
+    stw_reasons = strings("runtime.stwReasonStrings", "stw_reasons")
+    g_status = table.g_status_names(minor)
+    if "runtime.gStatusStrings" in funcs.globals:
+        addr, size = funcs.globals["runtime.gStatusStrings"]
+        from_binary = _read_go_strings(elf, addr, size, "runtime.gStatusStrings")
+        g_status = tuple(
+            s or g_status[i] if i < len(g_status) else s for i, s in enumerate(from_binary)
+        )
+
+    return BinaryInfo(
+        path=path,
+        go_version=version,
+        go_minor=minor,
+        arch=elf.arch,
+        pie=elf.etype == ET_DYN,
+        stripped=not funcs.from_symtab,
+        dwarf=has_dwarf,
+        offsets_source=offsets_source,
+        symbols=symbols,
+        symbol_sizes=sizes,
+        offsets=offsets,
+        wait_reasons=wait_reasons,
+        g_status=g_status,
+        p_status=table.p_status_names(minor),
+        stw_reasons=stw_reasons,
+        probe_sites=sites,
+        missing_optional=missing,
+        functab=funcs.functab,
+    )
+
+
+def read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError as e:
+        raise TargetError(f"{path}: no such file") from e
+    except PermissionError as e:
+        raise PermissionDenied(f"{path}: permission denied") from e
+    except IsADirectoryError as e:
+        raise NotGoError(f"{path} is a directory, not a Go program") from e
+    except OSError as e:
+        raise TargetError(f"{path}: cannot read ({e.strerror})") from e
+
+
+def load(path: str) -> BinaryInfo:
+    """BinaryInfo of the Go executable at `path`."""
+    return load_elf(read_file(str(Path(path))), str(path))

@@ -1,0 +1,104 @@
+"""Function names and entry addresses from `.gopclntab` (what stripped binaries still have).
+
+pcHeader (runtime/symtab.go, Go 1.18+): magic u32, pad u8 x2, minLC u8, ptrSize u8, then
+eight uintptrs at offset 8: nfunc, nfiles, textStart, funcnameOffset, cuOffset,
+filetabOffset, pctabOffset, pclnOffset. The functab at pclnOffset holds nfunc pairs
+{entryoff u32, funcoff u32} and a final end offset; each _func (at pclnOffset+funcoff) starts
+with {entryOff u32, nameOff i32}; the name is a C string at funcnameOffset+nameOff.
+
+Go 1.26+ writes textStart = 0; the real start is moduledata.text. moduledata begins with a
+pointer to the pcHeader, so it is found by looking for the .gopclntab address in
+.noptrdata (up to 1.25) or .go.module (1.26+); ``text`` sits at moduledata+176.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from gmpmon.binary.elf import Elf
+from gmpmon.errors import BinaryFormatError, UnsupportedError
+
+MAGIC_118 = 0xFFFFFFF0  # Go 1.18-1.19
+MAGIC_120 = 0xFFFFFFF1  # Go 1.20+
+OLD_MAGICS = {0xFFFFFFFB: "1.2-1.15", 0xFFFFFFFA: "1.16-1.17"}
+MODULEDATA_TEXT_OFFSET = 176
+
+
+def text_start_from_moduledata(elf: Elf, pcln_addr: int) -> int | None:
+    """moduledata.text, found through moduledata's first field (the pcHeader pointer)."""
+    needle = struct.pack("<Q", pcln_addr)
+    for name in (".go.module", ".noptrdata", ".data.rel.ro", ".data"):
+        sec = elf.section(name)
+        data = elf.section_data(name)
+        if sec is None or data is None:
+            continue
+        candidates = []
+        pos = data.find(needle)
+        while pos >= 0:
+            if pos % 8 == 0:
+                candidates.append(sec.addr + pos)
+            pos = data.find(needle, pos + 1)
+        if not candidates and elf.etype == 3:  # PIE: the pointer is a load-time relocation
+            candidates = sorted(
+                a
+                for a, v in elf.relative_relocs().items()
+                if v == pcln_addr and sec.addr <= a < sec.addr + sec.size
+            )
+        for md in candidates:
+            try:
+                text = elf.read_ptr(md + MODULEDATA_TEXT_OFFSET)
+            except BinaryFormatError:
+                continue
+            txt = elf.section(".text")
+            if txt is None or txt.addr <= text < txt.addr + txt.size:
+                return text
+    return None
+
+
+def read_pclntab(elf: Elf) -> list[tuple[str, int, int]]:
+    """[(name, entry, end)] for every function, in pclntab (address) order."""
+    sec = elf.section(".gopclntab")
+    data = elf.section_data(".gopclntab")
+    if sec is None or data is None:
+        raise BinaryFormatError(f"{elf.path}: no .gopclntab section")
+    if len(data) < 72:
+        raise BinaryFormatError(f"{elf.path}: .gopclntab truncated")
+    magic, _p1, _p2, _min_lc, ptr_size = struct.unpack_from("<IBBBB", data, 0)
+    if magic in OLD_MAGICS:
+        raise UnsupportedError(f"{elf.path}: built by Go {OLD_MAGICS[magic]}; gmpmon needs 1.19+")
+    if magic not in (MAGIC_118, MAGIC_120):
+        raise BinaryFormatError(f"{elf.path}: .gopclntab has an unknown magic {magic:#x}")
+    if ptr_size != 8:
+        raise BinaryFormatError(f"{elf.path}: .gopclntab pointer size {ptr_size}")
+    nfunc, _nfiles, text_start, funcname_off, _cu, _ft, _pct, pcln_off = struct.unpack_from(
+        "<8Q", data, 8
+    )
+    if text_start == 0:
+        found = text_start_from_moduledata(elf, sec.addr)
+        if found is None:
+            txt = elf.section(".text")
+            if txt is None:
+                raise BinaryFormatError(f"{elf.path}: cannot find the text start")
+            found = txt.addr
+        text_start = found
+    end_tab = pcln_off + (2 * nfunc + 1) * 4
+    if nfunc == 0 or pcln_off >= len(data) or end_tab > len(data) or funcname_off >= len(data):
+        raise BinaryFormatError(f"{elf.path}: .gopclntab header is inconsistent")
+    tab = struct.unpack_from(f"<{2 * nfunc + 1}I", data, pcln_off)
+    names = memoryview(data)[funcname_off:]
+    out: list[tuple[str, int, int]] = []
+    for i in range(nfunc):
+        entry_off, func_off = tab[2 * i], tab[2 * i + 1]
+        end_off = tab[2 * i + 2]
+        fo = pcln_off + func_off
+        if fo + 8 > len(data):
+            raise BinaryFormatError(f"{elf.path}: .gopclntab _func {i} out of the table")
+        _eo, name_off = struct.unpack_from("<Ii", data, fo)
+        if not 0 <= name_off < len(names):
+            raise BinaryFormatError(f"{elf.path}: .gopclntab name {i} out of the table")
+        nul = data.find(b"\0", funcname_off + name_off)
+        if nul < 0:
+            raise BinaryFormatError(f"{elf.path}: .gopclntab name {i} not terminated")
+        name = data[funcname_off + name_off : nul].decode("utf-8", "replace")
+        out.append((name, text_start + entry_off, text_start + end_off))
+    return out

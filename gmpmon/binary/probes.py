@@ -1,0 +1,278 @@
+"""Probe roles and where exactly to put each uprobe (capstone, x86-64).
+
+Why the entry site is not the function's first byte: Go functions begin with the stack-growth
+check (``cmp rsp,[r14+0x10]; jbe morestack``), and the kernel single-steps a ``cmp`` out of
+line (~25 µs a hit measured here) while it *emulates* ``push reg``, conditional jumps and
+direct call/jmp (~0.5 µs; arch/x86/kernel/uprobes.c: push_setup_xol_ops,
+branch_setup_xol_ops). So the site is the first emulated instruction after the check that
+still sees the registers the probe reads: ``push rbp`` on Go 1.21+; on 1.19, whose prologue
+is ``sub rsp; mov [rsp+x],rbp; lea rbp`` (nothing emulated), it is the check's ``jbe`` (which
+fires a second time when the stack grows and the body restarts: consumers should expect a
+rare duplicate) or a later straight-line call/jcc when the role reads no register that the
+instructions before it write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import capstone
+
+from gmpmon.binary.info import ProbeSite
+
+# Registers (64-bit family names) each role's probe reads at entry. R14 (g) is always kept.
+_ARGS = ("rax", "rbx", "rcx", "rdi", "rsi", "r8", "r9", "r10", "r11")
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    name: str  # canonical role name (what capture asks for)
+    symbols: tuple[str, ...]  # symbol names to try, in order
+    reads: tuple[str, ...]  # registers read at the entry site
+    rets: bool = False  # RET sites wanted
+    calls: tuple[str, ...] = ()  # callees whose result is wanted right after the call
+
+
+REQUIRED_ROLES: tuple[Role, ...] = (
+    Role("runtime.execute", ("runtime.execute",), ("rax", "rbx")),
+    Role("runtime.findRunnable", ("runtime.findRunnable",), (), rets=True),
+    Role("runtime.gopark", ("runtime.gopark",), _ARGS[:5]),
+    Role("runtime.ready", ("runtime.ready",), ("rax", "rbx", "rcx")),
+    Role("runtime.newproc1", ("runtime.newproc1",), _ARGS[:5], rets=True),
+    Role("runtime.goexit0", ("runtime.goexit0",), ("rax",)),
+    Role("runtime.entersyscall", ("runtime.entersyscall",), ()),
+    Role("runtime.exitsyscall", ("runtime.exitsyscall",), ()),
+    Role("runtime.entersyscallblock", ("runtime.entersyscallblock",), ()),
+    Role("runtime.handoffp", ("runtime.handoffp",), ("rax",)),
+    Role(
+        "runtime.runqsteal",
+        ("runtime.runqsteal",),
+        ("rax", "rbx", "rcx"),
+        rets=True,
+        calls=("runtime.runqgrab",),
+    ),
+    Role("runtime.runqgrab", ("runtime.runqgrab",), ("rax", "rbx", "rcx", "rdi"), rets=True),
+    Role("runtime.stopTheWorldWithSema", ("runtime.stopTheWorldWithSema",), ("rax",), rets=True),
+    Role("runtime.startTheWorldWithSema", ("runtime.startTheWorldWithSema",), _ARGS[:5]),
+    Role("runtime.preemptone", ("runtime.preemptone",), ("rax",)),
+    Role("runtime.goschedImpl", ("runtime.goschedImpl",), ("rax", "rbx")),
+    Role("runtime.runqput", ("runtime.runqput",), ("rax", "rbx", "rcx")),
+)
+
+# Optional roles: absent -> the feature named in OPTIONAL_FEATURE is disabled, with the reason.
+OPTIONAL_ROLES: tuple[Role, ...] = (
+    Role("runtime.gopreempt_m", ("runtime.gopreempt_m",), ("rax",)),
+    Role("runtime.gdestroy", ("runtime.gdestroy",), ("rax",)),
+    Role("runtime.semacquire1", ("runtime.semacquire1",), _ARGS[:5], rets=True),
+    Role(
+        "mutex.lockSlow",
+        ("internal/sync.(*Mutex).lockSlow", "sync.(*Mutex).lockSlow"),
+        ("rax",),
+        rets=True,
+    ),
+    # Assembly (ABI0), entered by a call the SIGURG handler injects: every register holds
+    # the interrupted user state, so only its very first instruction is safe.
+    Role("runtime.asyncPreempt", ("runtime.asyncPreempt", "runtime.asyncPreempt.abi0"), ("*",)),
+    Role("runtime.newproc.func1", ("runtime.newproc.func1",), ("rdx",)),
+)
+
+OPTIONAL_WHY: dict[str, str] = {
+    "runtime.gopreempt_m": "no symbol (inlined since Go 1.26): preemptions are seen at "
+    "runtime.goschedImpl with preempted=1 instead",
+    "runtime.gdestroy": "no symbol (Go < 1.22): goroutine exits are seen at runtime.goexit0",
+    "runtime.semacquire1": "no symbol: semaphore wait reasons are not traced",
+    "mutex.lockSlow": "no sync.Mutex slow path in this binary: mutex contention is not traced",
+    "runtime.asyncPreempt": "no symbol: signal-based preemptions are not traced",
+    "runtime.newproc.func1": "no symbol: runqput from newproc is not told apart",
+}
+
+_REG_FAMILY: dict[str, str] = {}
+for _fam, _subs in {
+    "rax": ("eax", "ax", "al", "ah"),
+    "rbx": ("ebx", "bx", "bl", "bh"),
+    "rcx": ("ecx", "cx", "cl", "ch"),
+    "rdx": ("edx", "dx", "dl", "dh"),
+    "rsi": ("esi", "si", "sil"),
+    "rdi": ("edi", "di", "dil"),
+    "rsp": ("esp", "sp", "spl"),
+    "rbp": ("ebp", "bp", "bpl"),
+    **{f"r{n}": (f"r{n}d", f"r{n}w", f"r{n}b") for n in range(8, 16)},
+}.items():
+    _REG_FAMILY[_fam] = _fam
+    for _s in _subs:
+        _REG_FAMILY[_s] = _fam
+
+
+def _md() -> Any:
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    md.detail = True
+    md.skipdata = True
+    return md
+
+
+_MD = _md()
+
+
+def is_emulated(code: bytes) -> bool:
+    """Would the x86 uprobe code emulate (not single-step) this instruction?"""
+    if not code:
+        return False
+    b = code[0]
+    if b == 0x41 and len(code) == 2 and 0x50 <= code[1] <= 0x57:  # push r8..r15
+        return True
+    if 0x50 <= b <= 0x57 and len(code) == 1:  # push rax..rdi
+        return True
+    if b in (0xE8, 0xE9, 0xEB) or 0x70 <= b <= 0x7F:  # call/jmp rel, jcc rel8
+        return True
+    return b == 0x0F and len(code) == 6 and 0x80 <= code[1] <= 0x8F  # jcc rel32
+
+
+def insn_text(insn: Any) -> str:
+    return f"{insn.mnemonic} {insn.op_str}".strip()
+
+
+def _writes(insn: Any) -> set[str]:
+    try:
+        _r, w = insn.regs_access()
+    except capstone.CsError:
+        return {"*"}
+    return {_REG_FAMILY.get(insn.reg_name(x), insn.reg_name(x)) for x in w}
+
+
+def _is_jcc(insn: Any) -> bool:
+    b = bytes(insn.bytes)
+    return (0x70 <= b[0] <= 0x7F) or (b[0] == 0x0F and len(b) == 6 and 0x80 <= b[1] <= 0x8F)
+
+
+def _branch_target(insn: Any) -> int | None:
+    if insn.group(capstone.CS_GRP_JUMP) or insn.group(capstone.CS_GRP_CALL):
+        ops = insn.operands
+        if len(ops) == 1 and ops[0].type == capstone.x86.X86_OP_IMM:
+            t: int = ops[0].imm
+            return t
+    return None
+
+
+def disasm(code: bytes, addr: int) -> Iterator[Any]:
+    yield from _MD.disasm(code, addr)
+
+
+@dataclass(frozen=True, slots=True)
+class EntrySite:
+    addr: int
+    insn: str
+    sp_delta: int  # RSP at the site minus RSP at function entry (0 before any push/sub)
+    emulated: bool
+
+
+def _is_stack_check_cmp(insn: Any) -> bool:
+    if insn.mnemonic != "cmp":
+        return False
+    for op in insn.operands:
+        if (
+            op.type == capstone.x86.X86_OP_MEM
+            and insn.reg_name(op.mem.base) == "r14"
+            and op.mem.disp in (0x10, 0x18)  # stackguard0; stackguard1 on systemstack code
+        ):
+            return True
+    return False
+
+
+def find_entry_site(insns: list[Any], entry: int, reads: tuple[str, ...]) -> EntrySite:
+    """The cheapest correct entry site (see the module docstring)."""
+    if not insns:
+        raise ValueError("no instructions")
+    first = insns[0]
+    if "*" in reads:
+        return EntrySite(first.address, insn_text(first), 0, is_emulated(bytes(first.bytes)))
+    targets = {t for i in insns if (t := _branch_target(i)) is not None}
+    start = 0
+    check_jcc: Any = None
+    for k, insn in enumerate(insns[:6]):
+        if _is_stack_check_cmp(insn) and k + 1 < len(insns) and _is_jcc(insns[k + 1]):
+            check_jcc = insns[k + 1]
+            start = k + 2
+            break
+    needed = set(reads) | {"r14"}
+    delta = 0
+    for insn in insns[start : start + 24]:
+        if insn.address in targets and insn.address != entry:
+            break
+        code = bytes(insn.bytes)
+        if is_emulated(code):
+            return EntrySite(insn.address, insn_text(insn), delta, True)
+        if insn.group(capstone.CS_GRP_RET) or insn.group(capstone.CS_GRP_JUMP):
+            break
+        w = _writes(insn)
+        if "*" in w or w & needed:
+            break
+        if "rsp" in w:
+            if insn.mnemonic == "sub" and insn.operands[1].type == capstone.x86.X86_OP_IMM:
+                delta -= insn.operands[1].imm
+            else:
+                break
+    if check_jcc is not None:
+        return EntrySite(check_jcc.address, insn_text(check_jcc), 0, True)
+    return EntrySite(first.address, insn_text(first), 0, is_emulated(bytes(first.bytes)))
+
+
+def find_rets(insns: list[Any]) -> tuple[int, ...]:
+    return tuple(i.address for i in insns if i.mnemonic == "ret")
+
+
+def find_call_results(insns: list[Any], callee_entry: int) -> tuple[int, ...]:
+    """The first jcc after each CALL callee with nothing in between writing RAX."""
+    out = []
+    for k, insn in enumerate(insns):
+        if not (insn.group(capstone.CS_GRP_CALL) and _branch_target(insn) == callee_entry):
+            continue
+        for nxt in insns[k + 1 : k + 8]:
+            if _is_jcc(nxt):
+                out.append(nxt.address)
+                break
+            w = _writes(nxt)
+            if "*" in w or "rax" in w:
+                break
+            if (
+                nxt.group(capstone.CS_GRP_JUMP)
+                or nxt.group(capstone.CS_GRP_CALL)
+                or nxt.group(capstone.CS_GRP_RET)
+            ):
+                break
+    return tuple(out)
+
+
+def make_site(
+    role: Role,
+    symbol: str,
+    entry: int,
+    code: bytes,
+    resolve: dict[str, int],
+) -> ProbeSite:
+    """Disassemble one function and build its ProbeSite. `resolve`: callee name -> entry."""
+    insns = list(disasm(code, entry))
+    site = find_entry_site(insns, entry, role.reads)
+    rets = find_rets(insns) if role.rets else ()
+    calls: dict[str, tuple[int, ...]] = {}
+    for callee in role.calls:
+        if callee in resolve:
+            calls[callee] = find_call_results(insns, resolve[callee])
+    return ProbeSite(
+        function=role.name,
+        symbol=symbol,
+        entry=entry,
+        size=len(code),
+        entry_site=site.addr,
+        entry_insn=site.insn,
+        rets=rets,
+        call_results=calls,
+        entry_sp_delta=site.sp_delta,
+        entry_emulated=site.emulated,
+    )
+
+
+def calls_target(code: bytes, addr: int, target: int) -> bool:
+    """Does this code call or jump to `target`? (tells an ABI wrapper from its body)"""
+    return any(_branch_target(i) == target for i in disasm(code, addr))

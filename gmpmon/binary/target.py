@@ -1,0 +1,80 @@
+"""From a pid to its executable and load bias (/proc). The one place gmpmon.binary reads /proc.
+
+The executable is opened as /proc/PID/root/<readlink of /proc/PID/exe> when that is the same
+file (other mount namespaces, containers): a path BCC can attach uprobes to. Otherwise (the
+binary was replaced or deleted) /proc/PID/exe itself, which still opens the mapped file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from gmpmon.binary.elf import ET_DYN, PT_LOAD, Elf
+from gmpmon.binary.info import BinaryInfo
+from gmpmon.binary.load import load_elf, read_file
+from gmpmon.errors import PermissionDenied, TargetError
+
+
+def _proc(pid: int, *parts: str) -> str:
+    return os.path.join(f"/proc/{pid}", *parts)
+
+
+def exe_path(pid: int) -> str:
+    if pid <= 0:
+        raise TargetError(f"no such process: {pid}")
+    exe = _proc(pid, "exe")
+    try:
+        link = os.readlink(exe)
+        st = os.stat(exe)
+    except FileNotFoundError as e:
+        if not os.path.exists(_proc(pid)):
+            raise TargetError(f"no such process: {pid}") from e
+        raise TargetError(f"process {pid} has no executable (a kernel thread or zombie)") from e
+    except PermissionError as e:
+        raise PermissionDenied(f"cannot read /proc/{pid}/exe (run as root)") from e
+    if link.endswith(" (deleted)"):
+        return exe
+    rooted = _proc(pid, "root", link.lstrip("/"))
+    try:
+        st2 = os.stat(rooted)
+    except OSError:
+        return exe
+    return rooted if (st.st_dev, st.st_ino) == (st2.st_dev, st2.st_ino) else exe
+
+
+def load_bias(pid: int, elf: Elf, path: str) -> int:
+    """Runtime address minus link address of the executable's mapping (0 unless PIE)."""
+    if elf.etype != ET_DYN:
+        return 0
+    try:
+        st = os.stat(path)
+        with open(_proc(pid, "maps")) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError as e:
+        raise TargetError(f"process {pid} went away") from e
+    except PermissionError as e:
+        raise PermissionDenied(f"cannot read /proc/{pid}/maps (run as root)") from e
+    loads = [s for s in elf.segments if s.type == PT_LOAD]
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 5:
+            continue
+        start = int(fields[0].split("-")[0], 16)
+        offset = int(fields[2], 16)
+        inode = int(fields[4])
+        if inode != st.st_ino:
+            continue
+        for seg in loads:
+            if seg.offset <= offset < seg.offset + max(seg.filesz, 1):
+                return start - (seg.vaddr + offset - seg.offset)
+    raise TargetError(f"process {pid}: its executable is not mapped (cannot find load bias)")
+
+
+def load_pid(pid: int) -> BinaryInfo:
+    """BinaryInfo of a running process's executable, with `pid` and `load_bias` set."""
+    path = exe_path(pid)
+    data = read_file(path)
+    info = load_elf(data, path)
+    bias = load_bias(pid, Elf(data, path), path)
+    return dataclasses.replace(info, pid=pid, load_bias=bias)
