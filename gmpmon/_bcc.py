@@ -22,4 +22,5 @@ def import_bcc() -> ModuleType:
             raise KernelSupportError(
                 "BCC is not importable", hint="apt-get install python3-bpfcc"
             ) from e
-    return bcc
+    module: ModuleType = bcc  # typed here: mypy sees the untyped bcc as Any
+    return module

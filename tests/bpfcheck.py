@@ -36,7 +36,7 @@ def bpf_available() -> str | None:
         return f"BCC not importable: {e}"
     try:
         b = bcc.BPF(text=_TRIVIAL)
-        b.load_func("gm_probe", bcc.BPF.KPROBE)
+        b.load_func(b"gm_probe", bcc.BPF.KPROBE)
         b.cleanup()
     except Exception as e:
         return f"BCC cannot compile/load a trivial program: {str(e).splitlines()[0]}"
