@@ -1,0 +1,212 @@
+"""Pilot tests: drive the real app with keys and check what it shows and what it asks of the
+source."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import stat
+from pathlib import Path
+
+from textual.widgets import DataTable, TabbedContent
+
+from gmpmon.tui.app import GmpmonApp, make_app
+from gmpmon.tui.render import folded_lines
+from gmpmon.tui.widgets.goroutines import COLUMNS, GoroutinesView
+from gmpmon.tui.widgets.help import HelpScreen
+from gmpmon.tui.widgets.procs import ProcTable
+from gmpmon.tui.widgets.status import StatusHeader
+from tests.tui.sources import ListSource, SeekListSource
+
+FAST_HZ = 50.0  # polls every 20 ms so that waiting a few polls keeps the tests quick
+FOLDED_LINE = re.compile(r"^[^ ;]+(;[^ ;]+)* [0-9]+$")
+
+
+def rendered(app: GmpmonApp, widget_type: type) -> str:
+    return str(app.query_one(widget_type).render())
+
+
+async def settle(pilot: object, polls: int = 5) -> None:
+    await asyncio.sleep(polls / FAST_HZ)
+    await pilot.pause()  # type: ignore[attr-defined]
+
+
+async def test_number_keys_tab_and_clicks_switch_views(live_source: ListSource) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        tabs = app.query_one(TabbedContent)
+        assert tabs.active == "procs"
+        for key, view in (("2", "sched"), ("3", "contention"), ("4", "goroutines"),
+                          ("1", "procs")):
+            await pilot.press(key)
+            assert tabs.active == view
+        await pilot.press("tab")
+        assert tabs.active == "sched"
+        await pilot.press("shift+tab", "shift+tab")
+        assert tabs.active == "goroutines"
+        await pilot.click("#--content-tab-contention")
+        assert tabs.active == "contention"
+
+
+async def test_views_show_the_snapshot_they_are_switched_to(live_source: ListSource) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        snap = live_source.latest()
+        assert snap is not None
+        table_text = rendered(app, ProcTable)
+        assert len([ln for ln in table_text.splitlines() if re.match(r"^ +\d+ ", ln)]) == len(
+            snap.procs)
+        await pilot.press("4")
+        await pilot.pause()
+        table = app.query_one(DataTable)
+        assert table.row_count == len(snap.goroutines)
+
+
+async def test_pause_freezes_numbers_and_resume_catches_up(live_source: ListSource) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        first = live_source.latest()
+        assert app.snapshot is first
+        live_source.advance()
+        await settle(pilot)
+        second = live_source.latest()
+        assert app.snapshot is second  # not paused: the new snapshot is shown
+        shown = rendered(app, StatusHeader)
+
+        await pilot.press("p")
+        assert "PAUSED" in rendered(app, StatusHeader)
+        live_source.advance()
+        live_source.advance()
+        await settle(pilot)
+        assert app.snapshot is second
+        assert rendered(app, StatusHeader).split("❚❚ PAUSED")[0].strip() == shown.strip()
+        assert live_source.closed == 0
+
+        await pilot.press("space")
+        await settle(pilot)
+        assert app.snapshot is live_source.latest()
+        assert "PAUSED" not in rendered(app, StatusHeader)
+
+
+async def test_export_writes_a_valid_private_folded_file(live_source: ListSource,
+                                                         tmp_path: Path) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ, export_dir=str(tmp_path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3", "e")
+        await pilot.pause()
+        files = list(tmp_path.glob("gmpmon-4242-mutex-*.folded"))
+        assert len(files) == 1
+        assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
+        lines = files[0].read_text().splitlines()
+        snap = live_source.latest()
+        assert snap is not None and lines == folded_lines(snap)
+        assert all(FOLDED_LINE.match(ln) for ln in lines), lines
+        weights = {ln.rsplit(" ", 1)[0]: int(ln.rsplit(" ", 1)[1]) for ln in lines}
+        assert weights == {";".join(ms.stack): ms.wait_ns for ms in snap.mutex_stacks}
+        assert any(str(files[0]) in str(n.message) for n in app._notifications)
+        await pilot.press("e")
+        await pilot.pause()
+        assert len(list(tmp_path.glob("*.folded"))) == 2  # a second export never overwrites
+
+
+async def test_quit_closes_the_source_once(live_source: ListSource) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert live_source.closed == 1
+    assert app.source_closed
+
+
+async def test_record_key_starts_and_stops_a_live_recording(live_source: ListSource,
+                                                            tmp_path: Path) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ, export_dir=str(tmp_path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        path = live_source.recording_path()
+        assert path is not None and Path(path).parent == tmp_path and path.endswith(".gmp")
+        assert "REC" in rendered(app, StatusHeader)
+        await pilot.press("r")
+        assert live_source.recording_path() is None
+        assert live_source.recordings == [path]
+        assert "REC" not in rendered(app, StatusHeader)
+
+
+async def test_replay_keys_step_seek_and_pause_the_replay(replay_source: SeekListSource) -> None:
+    app = make_app(replay_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("p")
+        assert replay_source.paused()
+        await pilot.press("p")
+        assert not replay_source.paused()
+        await pilot.press("end")
+        assert app.snapshot is replay_source.snapshots[-1]
+        await pilot.press("home")
+        assert app.snapshot is replay_source.snapshots[0]
+        await pilot.press("right", "right")
+        assert replay_source.paused() and app.paused
+        assert app.snapshot is replay_source.snapshots[2]
+        await pilot.press("left")
+        assert app.snapshot is replay_source.snapshots[1]
+        assert replay_source.steps[-1] < 0
+        await pilot.press("right_square_bracket")
+        assert app.snapshot is replay_source.snapshots[2]
+        assert "replay" in rendered(app, StatusHeader)
+        await pilot.press("r")  # no recording from a replay
+        assert replay_source.recording_path() is None
+
+
+async def test_replay_keys_do_nothing_on_a_live_source(live_source: ListSource) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        before = app.snapshot
+        await pilot.press("left", "right", "home", "end", "left_square_bracket")
+        assert app.snapshot is before
+        assert app.query_one(TabbedContent).active == "procs"
+
+
+async def test_goroutine_table_sorts_by_key_and_header_click(live_source: ListSource) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        view = app.query_one(GoroutinesView)
+        table = app.query_one(DataTable)
+        snap = live_source.latest()
+        assert snap is not None
+
+        def first_goid() -> int:
+            return int(table.coordinate_to_cell_key((0, 0)).row_key.value or 0)
+
+        # default: longest total wait first
+        assert first_goid() == max(snap.goroutines, key=lambda g: g.wait_ns).goid
+        table.focus()
+        await pilot.press("s")  # next column: "in state", longest first
+        assert COLUMNS[view.sort_column][0] == "in state"
+        assert first_goid() == max(snap.goroutines, key=lambda g: (snap.now - g.since, g.goid)).goid
+        await pilot.click("#g-table", offset=(2, 0))  # header of the G column
+        await pilot.pause()
+        assert COLUMNS[view.sort_column][0] == "G"
+        assert first_goid() == min(g.goid for g in snap.goroutines)
+
+
+async def test_help_opens_and_closes(live_source: ListSource) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        assert live_source.closed == 0
+
+
+async def test_a_failing_source_is_reported_not_fatal(live_source: ListSource) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        def boom() -> None:
+            raise RuntimeError("target exited")
+
+        live_source.latest = boom  # type: ignore[assignment,method-assign]
+        await settle(pilot)
+        assert any("target exited" in str(n.message) for n in app._notifications)
+        assert app.snapshot is not None

@@ -1,0 +1,307 @@
+"""The gmpmon Textual app: handed a SnapshotSource, shows its Snapshots, never aggregates.
+
+A background thread polls ``source.latest()`` a few times a second and posts each new
+Snapshot as a :class:`SnapshotReady` message (newer ones replace queued older ones). The app
+keeps the newest one in its ``snapshot`` reactive and hands it to the status header and to
+the visible view only: hidden views are brought up to date when they are shown, so the
+refresh cost is one view's, whatever the number of views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.reactive import reactive
+from textual.widgets import Footer, TabbedContent, TabPane
+
+from gmpmon.model.snapshot import Snapshot
+from gmpmon.source import RecordingControl, SeekControl, SnapshotSource
+from gmpmon.tui.messages import SnapshotReady, SourceFailed
+from gmpmon.tui.render import NS_PER_S, folded_lines
+from gmpmon.tui.widgets.contention import ContentionView
+from gmpmon.tui.widgets.goroutines import GoroutinesView
+from gmpmon.tui.widgets.help import HelpScreen
+from gmpmon.tui.widgets.procs import ProcsView
+from gmpmon.tui.widgets.sched import SchedView
+from gmpmon.tui.widgets.status import StatusHeader
+
+VIEWS = ("procs", "sched", "contention", "goroutines")
+STEP_NS = NS_PER_S // 10
+SEEK_FRACTION = 0.1
+_VIEWS_GROUP = Binding.Group("views", compact=True)
+_SEEK_ACTIONS = frozenset({"step", "seek_by", "seek_to"})
+
+
+class GmpmonApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "gmpmon"
+    ENABLE_COMMAND_PALETTE = False
+    # App declares this as an instance variable, so it cannot be annotated ClassVar here.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]  # noqa: RUF012
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("question_mark", "help", "Help"),
+        Binding("1", "view('procs')", "Procs", group=_VIEWS_GROUP),
+        Binding("2", "view('sched')", "Sched", group=_VIEWS_GROUP),
+        Binding("3", "view('contention')", "Mutex", group=_VIEWS_GROUP),
+        Binding("4", "view('goroutines')", "Gs", group=_VIEWS_GROUP),
+        Binding("tab", "cycle_view(1)", "Next view", show=False, priority=True),
+        Binding("shift+tab", "cycle_view(-1)", "Previous view", show=False, priority=True),
+        Binding("p,space", "pause", "Pause"),
+        Binding("e", "export_folded", "Export"),
+        Binding("r", "toggle_recording", "Record"),
+        Binding("left", f"step({-STEP_NS})", "Step", priority=True),
+        Binding("right", f"step({STEP_NS})", "Step", show=False, priority=True),
+        Binding("shift+left", f"step({-10 * STEP_NS})", "Step 1s", show=False, priority=True),
+        Binding("shift+right", f"step({10 * STEP_NS})", "Step 1s", show=False, priority=True),
+        Binding("left_square_bracket", f"seek_by({-SEEK_FRACTION})", "Seek", priority=True),
+        Binding("right_square_bracket", f"seek_by({SEEK_FRACTION})", "Seek", show=False,
+                priority=True),
+        Binding("home", "seek_to(0.0)", "Start", show=False, priority=True),
+        Binding("end", "seek_to(1.0)", "End", show=False, priority=True),
+    ]
+
+    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
+    paused: reactive[bool] = reactive(False)
+
+    def __init__(self, source: SnapshotSource, *, refresh_hz: float = 4.0,
+                 export_dir: str = ".") -> None:
+        super().__init__()
+        self.source = source
+        self.refresh_hz = refresh_hz
+        self.export_dir = export_dir
+        self.seek: SeekControl | None = source if isinstance(source, SeekControl) else None
+        self.recorder: RecordingControl | None = (
+            source if source.live and isinstance(source, RecordingControl) else None
+        )
+        self.source_closed = False
+        self._stop = threading.Event()
+        self._failed = False
+
+    # -- layout -------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield StatusHeader(self.source.header, id="status")
+        with TabbedContent(initial="procs", id="views"):
+            with TabPane("1 Procs", id="procs"):
+                yield ProcsView(id="procs-view")
+            with TabPane("2 Scheduling", id="sched"):
+                yield SchedView(id="sched-view")
+            with TabPane("3 Contention", id="contention"):
+                yield ContentionView(id="contention-view")
+            with TabPane("4 Goroutines", id="goroutines"):
+                yield GoroutinesView(id="goroutines-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.seek is not None:
+            self.paused = self.seek.paused()
+        self._deliver(self._poll_once())
+        self._poll_source()
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+
+    # -- polling (worker thread: only reads the source and posts messages) ---------------
+    def _poll_once(self) -> SnapshotReady:
+        position = self.seek.position() if self.seek is not None else None
+        return SnapshotReady(self.source.latest(), self.source.status(), position)
+
+    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
+    def _poll_source(self) -> None:
+        interval = 1.0 / max(self.refresh_hz, 0.1)
+        last: tuple[object, str, object] | None = None
+        while not self._stop.wait(interval):
+            try:
+                msg = self._poll_once()
+            except Exception as e:  # a dying source must not take the terminal with it
+                self.post_message(SourceFailed(str(e) or type(e).__name__))
+                return
+            key = (msg.snapshot, msg.status, msg.position)
+            # Identity for the Snapshot, not equality: comparing two Snapshots field by field
+            # costs more than drawing one, and the producer hands out a new object only when
+            # something changed.
+            if (last is None or key[0] is not last[0] or key[1] != last[1]
+                    or key[2] != last[2]):
+                last = key
+                self.post_message(msg)
+
+    def on_snapshot_ready(self, msg: SnapshotReady) -> None:
+        if self.paused and self.seek is None:
+            return  # pausing a live view freezes what is shown; the capture goes on
+        self._deliver(msg)
+
+    def on_source_failed(self, msg: SourceFailed) -> None:
+        if not self._failed:
+            self._failed = True
+            self.notify(msg.error, title="source failed", severity="error", timeout=10)
+
+    def _deliver(self, msg: SnapshotReady) -> None:
+        status = self.query_one(StatusHeader)
+        status.status = msg.status
+        status.position = msg.position
+        if msg.snapshot is not None and msg.snapshot is not self.snapshot:
+            self.snapshot = msg.snapshot
+
+    def watch_snapshot(self, snap: Snapshot | None) -> None:
+        self.query_one(StatusHeader).snapshot = snap
+        view = self._active_view()
+        if view is not None and snap is not None:
+            view.snapshot = snap
+
+    def watch_paused(self, paused: bool) -> None:
+        self.query_one(StatusHeader).paused = paused
+        if self.seek is not None and self.seek.paused() != paused:
+            self.seek.set_paused(paused)
+
+    def _active_view(self) -> ProcsView | SchedView | ContentionView | GoroutinesView | None:
+        active = self.query_one(TabbedContent).active or "procs"
+        view = self.query_one(f"#{active}-view")
+        assert isinstance(view, ProcsView | SchedView | ContentionView | GoroutinesView)
+        return view
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        view = self._active_view()
+        if view is not None and self.snapshot is not None and view.snapshot is not self.snapshot:
+            view.snapshot = self.snapshot
+
+    # -- actions ------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in _SEEK_ACTIONS:
+            return self.seek is not None
+        if action == "toggle_recording":
+            return self.recorder is not None
+        return True
+
+    def action_view(self, name: str) -> None:
+        if name in VIEWS:
+            self.query_one(TabbedContent).active = name
+
+    def action_cycle_view(self, delta: int) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        tabs = self.query_one(TabbedContent)
+        i = VIEWS.index(tabs.active) if tabs.active in VIEWS else 0
+        tabs.active = VIEWS[(i + delta) % len(VIEWS)]
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            self._deliver(self._poll_once())
+
+    def action_step(self, delta_ns: int) -> None:
+        if self.seek is None:
+            return
+        self.seek.step(int(delta_ns))
+        self.paused = True
+        self._deliver(self._poll_once())
+
+    def action_seek_by(self, fraction: float) -> None:
+        if self.seek is None:
+            return
+        start, cur, end = self.seek.position()
+        span = max(end - start, 1)
+        self.action_seek_to((cur - start) / span + fraction)
+
+    def action_seek_to(self, fraction: float) -> None:
+        if self.seek is None:
+            return
+        self.seek.seek(min(max(float(fraction), 0.0), 1.0))
+        self._deliver(self._poll_once())
+
+    def action_export_folded(self) -> None:
+        snap = self.snapshot
+        lines = folded_lines(snap) if snap is not None else []
+        if not lines:
+            self.notify("no contended mutex stacks to export yet", severity="warning")
+            return
+        try:
+            path = write_private(
+                Path(self.export_dir), f"gmpmon-{self.source.header.pid}-mutex", ".folded",
+                "".join(line + "\n" for line in lines),
+            )
+        except OSError as e:
+            self.notify(f"export failed: {e}", severity="error")
+            return
+        self.notify(f"{len(lines)} stacks → {path}", title="exported folded mutex stacks")
+
+    def action_toggle_recording(self) -> None:
+        rec = self.recorder
+        if rec is None:
+            return
+        try:
+            if rec.recording_path() is None:
+                path = unique_path(Path(self.export_dir),
+                                   f"gmpmon-{self.source.header.pid}", ".gmp")
+                rec.start_recording(str(path))
+                self.notify(f"recording to {path}", title="recording")
+            else:
+                done = rec.stop_recording()
+                self.notify(f"wrote {done}", title="recording stopped")
+        except Exception as e:  # GmpmonError or OSError from the capture side
+            self.notify(f"recording failed: {e}", severity="error")
+        self.query_one(StatusHeader).recording = rec.recording_path()
+
+    async def action_quit(self) -> None:
+        self._stop.set()
+        self.query_one(StatusHeader).status = "detaching…"
+        await asyncio.to_thread(self.close_source)
+        self.exit()
+
+    def close_source(self) -> None:
+        if not self.source_closed:
+            self.source_closed = True
+            self.source.close()
+
+
+def unique_path(directory: Path, stem: str, suffix: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = directory / f"{stem}-{stamp}{suffix}"
+    n = 1
+    while path.exists():
+        path = directory / f"{stem}-{stamp}-{n}{suffix}"
+        n += 1
+    return path
+
+
+def write_private(directory: Path, stem: str, suffix: str, text: str) -> Path:
+    """Write ``text`` to a new file readable by its owner only (stacks can name internals)."""
+    while True:
+        path = unique_path(directory, stem, suffix)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return path
+
+
+def make_app(source: SnapshotSource, *, refresh_hz: float = 4.0,
+             export_dir: str = ".") -> GmpmonApp:
+    return GmpmonApp(source, refresh_hz=refresh_hz, export_dir=export_dir)
+
+
+def run_tui(source: SnapshotSource, *, refresh_hz: float = 4.0, export_dir: str = ".") -> None:
+    """Run the TUI until the user quits, then close the source (detach every probe)."""
+    app = make_app(source, refresh_hz=refresh_hz, export_dir=export_dir)
+    try:
+        app.run()
+    finally:
+        with contextlib.suppress(Exception):
+            app._stop.set()
+        if not app.source_closed:
+            app.close_source()

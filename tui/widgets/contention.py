@@ -1,0 +1,79 @@
+"""Contention view: the mutex stacks that waited longest, flame-graph style, one per row."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from gmpmon.model.snapshot import Snapshot
+from gmpmon.tui.render import bar, fmt_count, fmt_ns, short_stack
+
+TOP_STACKS = 30
+TOP_ADDRS = 8
+
+
+def stacks_table(snap: Snapshot, bar_width: int = 10) -> Table | Text:
+    if not snap.mutex_stacks:
+        return Text("no contended locks seen yet", style="dim")
+    total = snap.mutex_wait_ns or sum(s.wait_ns for s in snap.mutex_stacks) or 1
+    top = snap.mutex_stacks[0].wait_ns or 1
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
+              header_style="bold dim", expand=True)
+    t.add_column("wait", justify="right", no_wrap=True)
+    t.add_column("%", justify="right", no_wrap=True)
+    t.add_column("", no_wrap=True, width=bar_width)
+    t.add_column("count", justify="right", no_wrap=True)
+    t.add_column("avg", justify="right", no_wrap=True)
+    t.add_column("stack (leaf < callers)", no_wrap=True, overflow="ellipsis", ratio=1)
+    for ms in snap.mutex_stacks[:TOP_STACKS]:
+        avg = fmt_ns(ms.wait_ns / ms.count) if ms.count else "-"
+        t.add_row(fmt_ns(ms.wait_ns), f"{100 * ms.wait_ns / total:.0f}",
+                  Text(bar(ms.wait_ns, top, bar_width), style="#f0883e"),
+                  fmt_count(ms.count), avg, short_stack(ms.stack))
+    return t
+
+
+def addr_table(snap: Snapshot) -> Table | Text:
+    if not snap.mutex_by_addr:
+        return Text("")
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
+              header_style="bold dim")
+    t.add_column("lock address", no_wrap=True)
+    t.add_column("count", justify="right")
+    t.add_column("wait", justify="right")
+    top = sorted(snap.mutex_by_addr.items(), key=lambda kv: (-kv[1][1], kv[0]))[:TOP_ADDRS]
+    for addr, (count, wait) in top:
+        t.add_row(f"{addr:#x}", fmt_count(count), fmt_ns(wait))
+    return t
+
+
+class ContentionView(VerticalScroll):
+    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="mutex-summary")
+        yield Static(id="mutex-stacks", classes="panel")
+        yield Static(id="mutex-addrs", classes="panel")
+
+    def on_mount(self) -> None:
+        self.query_one("#mutex-stacks", Static).border_title = "contended stacks by wait time"
+        self.query_one("#mutex-addrs", Static).border_title = "hottest locks"
+
+    def watch_snapshot(self, snap: Snapshot | None) -> None:
+        if snap is None:
+            return
+        summary = Text(no_wrap=True, overflow="ellipsis")
+        summary.append(f"contentions {fmt_count(snap.mutex_contentions)}", style="bold")
+        summary.append(f"  total wait {fmt_ns(snap.mutex_wait_ns)}")
+        summary.append(f"  stacks {len(snap.mutex_stacks)}")
+        summary.append("   e: export folded stacks", style="dim")
+        self.query_one("#mutex-summary", Static).update(summary)
+        self.query_one("#mutex-stacks", Static).update(stacks_table(snap))
+        addrs = self.query_one("#mutex-addrs", Static)
+        addrs.display = bool(snap.mutex_by_addr)
+        addrs.update(addr_table(snap))

@@ -1,0 +1,54 @@
+"""The `?` help screen: keys and the colours of the timeline."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from gmpmon.tui.render import legend
+
+KEYS = """\
+1 2 3 4 / tab     switch view: Procs, Scheduling, Contention, Goroutines
+p / space         pause: freeze the numbers shown (a replay pauses too)
+e                 export the contended mutex stacks now (folded format)
+r                 start / stop recording events to a file (live only)
+← →               replay: step back / forward 100 ms (shift: 1 s)
+[ ]  home end     replay: seek -/+ 10%, to the start, to the end
+s / click header  Goroutines: change the sort column (again: reverse)
+?                 this help          q  quit (detaches every probe)
+"""
+
+VIEWS = (
+    "Procs: one row per P. state is what the P does now: running (G n), spinning (its M is "
+    "in findRunnable looking for work), idle, syscall, GC stop. runq is the P's local run "
+    "queue. The strip shows the last seconds, newest on the right; each cell shows what the "
+    "P did most of that time; the green changes shade when the P switches goroutine.\n"
+    "Scheduling: runnable -> running latency (from ready or preemption to execute), park "
+    "reasons, work stealing (thief x victim), preemption, syscalls, hand-offs, "
+    "stop-the-world.\n"
+    "Contention: contended sync.Mutex / RWMutex stacks by total wait; e exports them.\n"
+    "Goroutines: the goroutines seen, newest first; s or a click on a header sorts."
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,question_mark,q", "dismiss", "Close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(Text("Keys", style="bold"))
+            yield Static(Text(KEYS))
+            yield Static(Text("Timeline colours", style="bold"))
+            yield Static(legend())
+            yield Static(Text("\n" + VIEWS, style="dim"))
+
+    def on_mount(self) -> None:
+        self.query_one("#help-box").border_title = "gmpmon help (esc to close)"

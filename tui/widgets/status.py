@@ -1,0 +1,65 @@
+"""The two status lines at the top: what is being watched, and how the capture is doing."""
+
+from __future__ import annotations
+
+import os
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from gmpmon.events import Header
+from gmpmon.model.snapshot import Snapshot
+from gmpmon.tui.render import fmt_count, fmt_ns, uptime_ns
+
+
+class StatusHeader(Widget):
+    snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
+    status: reactive[str] = reactive("")
+    paused: reactive[bool] = reactive(False)
+    recording: reactive[str | None] = reactive(None)
+    position: reactive[tuple[int, int, int] | None] = reactive(None)
+
+    def __init__(self, header: Header, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.header = header
+
+    def render(self) -> Text:
+        h, snap = self.header, self.snapshot
+        exe = os.path.basename(h.exe) or h.exe or "?"
+        gomaxprocs = snap.gomaxprocs if snap is not None and snap.gomaxprocs else h.gomaxprocs
+        top = Text(no_wrap=True, overflow="ellipsis")
+        top.append("gmpmon ", style="bold #58a6ff")
+        top.append(f"pid {h.pid} ", style="bold")
+        top.append(f"{exe} ")
+        top.append(f"{h.go_version} ", style="bold #3fb950")
+        top.append(f"GOMAXPROCS {gomaxprocs} ")
+        mode = h.mode
+        if h.duty_period_ms:
+            mode += f" {h.duty_window_ms}/{h.duty_period_ms}ms"
+        top.append(f"mode {mode}", style="#d29922")
+        if self.status:
+            top.append(f" · {self.status}", style="dim")
+
+        second = Text(no_wrap=True, overflow="ellipsis")
+        if snap is None:
+            second.append("waiting for the first events…", style="dim")
+        else:
+            second.append(f"up {fmt_ns(uptime_ns(snap, h.start_ns))}  ")
+            second.append(f"{fmt_count(snap.event_rate)} ev/s  ")
+            lost = f"lost {fmt_count(snap.events_lost)}"
+            second.append(lost, style="bold white on #da3633" if snap.events_lost else "")
+            second.append(f"  goroutines {fmt_count(snap.goroutines_live)}")
+            if snap.window != "exact":
+                second.append(f"  [{snap.window}]", style="dim")
+        if self.position is not None:
+            start, cur, end = self.position
+            second.append(
+                f"  replay {fmt_ns(max(cur - start, 0))}/{fmt_ns(max(end - start, 0))}",
+                style="#a371f7",
+            )
+        if self.recording:
+            second.append(f"  ● REC {os.path.basename(self.recording)}", style="bold #f85149")
+        if self.paused:
+            second.append("  ❚❚ PAUSED", style="bold black on #d29922")
+        return Text("\n").join([top, second])
