@@ -65,20 +65,21 @@ WAKE_PREEMPTED = -2
 WAKE_GOSCHED = -3
 WAKE_NAMES = {WAKE_CREATED: "created", WAKE_PREEMPTED: "preempted", WAKE_GOSCHED: "gosched"}
 
-# (from, to) pairs that real schedulers produce. UNKNOWN -> anything is legal (mid-flight).
-LEGAL_G: frozenset[tuple[int, int]] = frozenset(
-    [(G_UNKNOWN, s) for s in range(6)]
-    + [
-        (G_RUNNABLE, G_RUNNING),  # execute
-        (G_RUNNING, G_WAITING),  # gopark
-        (G_RUNNING, G_RUNNABLE),  # preempted / Gosched
-        (G_RUNNING, G_SYSCALL),  # entersyscall
-        (G_RUNNING, G_DEAD),  # goexit
-        (G_WAITING, G_RUNNABLE),  # ready
-        (G_SYSCALL, G_RUNNING),  # exitsyscall, P kept
-        (G_SYSCALL, G_UNKNOWN),  # exitsyscall without a P: runnable or fast idle-P path
-    ]
-)
+# The legal G transitions, one row per event kind: the states a G may be in when that event
+# happens to it (UNKNOWN always qualifies: attached mid-flight, or after a loss/window edge),
+# and the state it moves to. Anything else is counted in illegal_transitions.
+LEGAL_G: dict[int, tuple[frozenset[int], int]] = {
+    Kind.EXECUTE: (frozenset({G_UNKNOWN, G_RUNNABLE}), G_RUNNING),
+    Kind.PARK: (frozenset({G_UNKNOWN, G_RUNNING}), G_WAITING),
+    Kind.READY: (frozenset({G_UNKNOWN, G_WAITING}), G_RUNNABLE),
+    Kind.GO_CREATE: (frozenset({G_UNKNOWN}), G_RUNNABLE),
+    Kind.GO_EXIT: (frozenset({G_UNKNOWN, G_RUNNING}), G_DEAD),
+    Kind.SYSCALL_ENTER: (frozenset({G_UNKNOWN, G_RUNNING}), G_SYSCALL),
+    # exitsyscall with its P: running again; without: queued, or an idle P taken silently.
+    Kind.SYSCALL_EXIT: (frozenset({G_UNKNOWN, G_SYSCALL}), G_RUNNING),
+    Kind.PREEMPTED: (frozenset({G_UNKNOWN, G_RUNNING}), G_RUNNABLE),
+}
+_FROM = {k: v[0] for k, v in LEGAL_G.items()}
 
 P_SAMPLE_STATUS_NAMES = ("_Pidle", "_Prunning", "_Psyscall", "_Pgcstop", "_Pdead")
 G_STATUS_RUNNING = 2
@@ -356,8 +357,8 @@ class Model:
             gg.epoch = self._epoch
         return gg
 
-    def _g_to(self, gg: _G, state: int, ts: int) -> None:
-        if (gg.state, state) not in LEGAL_G:
+    def _g_to(self, gg: _G, kind: int, state: int, ts: int) -> None:
+        if gg.state not in _FROM[kind]:
             self.illegal += 1
         gg.state = state
         gg.since = ts
@@ -385,13 +386,15 @@ class Model:
 
     def _leave_p(self, gg: _G, p: int, ts: int) -> None:
         """G stops running (park, preempt, exit): its P's RUNNING span ends, M searches."""
-        if p < 0:
-            p = gg.p
-        if p < 0:
+        if p >= 0:
+            # The event names the P: its M is entering schedule() whatever we thought.
+            pp = self._proc(p, ts)
+            if pp.state != P_SEARCHING:
+                self._p_to(pp, ts, P_SEARCHING, 0)
             return
-        pp = self._procs.get(p)
-        if pp is not None and pp.goid == gg.goid and pp.state == P_RUNNING:
-            self._p_to(pp, ts, P_SEARCHING, 0)
+        pp2 = self._procs.get(gg.p)
+        if pp2 is not None and pp2.goid == gg.goid and pp2.state == P_RUNNING:
+            self._p_to(pp2, ts, P_SEARCHING, 0)
 
     # ------------------------------------------------------------------ handlers
 
@@ -403,7 +406,7 @@ class Model:
             other = self._procs.get(gg.p)
             if other is not None and other.goid == g and other.state == P_RUNNING:
                 self._p_to(other, ts, P_UNKNOWN, 0)
-        self._g_to(gg, G_RUNNING, ts)
+        self._g_to(gg, Kind.EXECUTE, G_RUNNING, ts)
         rts = gg.ready_ts
         pp = self._proc(p, ts) if p >= 0 else None
         if rts >= 0:
@@ -473,7 +476,7 @@ class Model:
     def _on_park(self, e: EventTuple) -> None:
         ts, _, p, _m, g, a0, _a1 = e
         gg = self._g(g, ts)
-        self._g_to(gg, G_WAITING, ts)
+        self._g_to(gg, Kind.PARK, G_WAITING, ts)
         gg.reason = a0
         gg.park_ts = ts
         gg.ready_ts = -1
@@ -484,7 +487,7 @@ class Model:
     def _on_ready(self, e: EventTuple) -> None:
         ts, _, _p, _m, g, _a0, a1 = e
         gg = self._g(g, ts)
-        self._g_to(gg, G_RUNNABLE, ts)
+        self._g_to(gg, Kind.READY, G_RUNNABLE, ts)
         pts = gg.park_ts
         if pts >= 0:
             w = ts - pts
@@ -501,7 +504,7 @@ class Model:
         ts, _, _p, _m, g, a0, _a1 = e
         self.created += 1
         gg = self._g(g, ts)
-        self._g_to(gg, G_RUNNABLE, ts)
+        self._g_to(gg, Kind.GO_CREATE, G_RUNNABLE, ts)
         gg.parent = a0
         gg.ready_ts = ts
         gg.wake = WAKE_CREATED
@@ -517,7 +520,7 @@ class Model:
         else:
             gg = self._g(g, ts)
             del self._gs[g]
-        self._g_to(gg, G_DEAD, ts)
+        self._g_to(gg, Kind.GO_EXIT, G_DEAD, ts)
         self._leave_p(gg, p, ts)
         gg.ready_ts = gg.park_ts = -1
         self._dead.append(gg)
@@ -529,7 +532,7 @@ class Model:
         if a0:
             self.syscalls_blocking += 1
         gg = self._g(g, ts)
-        self._g_to(gg, G_SYSCALL, ts)
+        self._g_to(gg, Kind.SYSCALL_ENTER, G_SYSCALL, ts)
         if p < 0:
             p = gg.p
         if p >= 0:
@@ -542,7 +545,7 @@ class Model:
         ts, _, p, m, g, _a0, _a1 = e
         gg = self._g(g, ts)
         if p >= 0:
-            self._g_to(gg, G_RUNNING, ts)
+            self._g_to(gg, Kind.SYSCALL_EXIT, G_RUNNING, ts)
             gg.p = p
             pp = self._proc(p, ts)
             pp.m = m
@@ -550,7 +553,7 @@ class Model:
                 self._p_to(pp, ts, P_RUNNING, g)
         else:
             # The P was taken: it queues globally or grabs an idle P without execute.
-            self._g_to(gg, G_UNKNOWN, ts)
+            self._g_to(gg, Kind.SYSCALL_EXIT, G_UNKNOWN, ts)
 
     def _on_handoff(self, e: EventTuple) -> None:
         ts, _, p, _m, _g, _a0, _a1 = e
@@ -570,7 +573,7 @@ class Model:
         else:
             self.gosched += 1
         gg = self._g(g, ts)
-        self._g_to(gg, G_RUNNABLE, ts)
+        self._g_to(gg, Kind.PREEMPTED, G_RUNNABLE, ts)
         gg.ready_ts = ts
         gg.wake = WAKE_PREEMPTED if a0 else WAKE_GOSCHED
         self._leave_p(gg, p, ts)
