@@ -14,7 +14,6 @@ instructions before it write.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +112,8 @@ def _md() -> Any:
 
 
 _MD = _md()
+_LITE = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+_LITE.skipdata = True
 
 
 def is_emulated(code: bytes) -> bool:
@@ -146,17 +147,28 @@ def _is_jcc(insn: Any) -> bool:
     return (0x70 <= b[0] <= 0x7F) or (b[0] == 0x0F and len(b) == 6 and 0x80 <= b[1] <= 0x8F)
 
 
-def _branch_target(insn: Any) -> int | None:
-    if insn.group(capstone.CS_GRP_JUMP) or insn.group(capstone.CS_GRP_CALL):
-        ops = insn.operands
-        if len(ops) == 1 and ops[0].type == capstone.x86.X86_OP_IMM:
-            t: int = ops[0].imm
-            return t
+# (address, size, mnemonic, op_str): capstone's lite mode, ~5x faster than full detail; the
+# detailed decoder is used only for the prologue and the few instructions after a call.
+Lite = tuple[int, int, str, str]
+
+
+def disasm_lite(code: bytes, addr: int) -> list[Lite]:
+    return list(_LITE.disasm_lite(code, addr))
+
+
+def disasm(code: bytes, addr: int, count: int = 0) -> list[Any]:
+    return list(_MD.disasm(code, addr, count))
+
+
+def lite_target(insn: Lite) -> int | None:
+    """Target of a direct jump or call, else None."""
+    _a, _s, mnem, op = insn
+    if (mnem == "call" or mnem.startswith("j")) and op.startswith("0x"):
+        try:
+            return int(op, 16)
+        except ValueError:
+            return None
     return None
-
-
-def disasm(code: bytes, addr: int) -> Iterator[Any]:
-    yield from _MD.disasm(code, addr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,14 +192,21 @@ def _is_stack_check_cmp(insn: Any) -> bool:
     return False
 
 
-def find_entry_site(insns: list[Any], entry: int, reads: tuple[str, ...]) -> EntrySite:
-    """The cheapest correct entry site (see the module docstring)."""
+PROLOGUE_INSNS = 30
+
+
+def find_entry_site(
+    code: bytes, entry: int, reads: tuple[str, ...], targets: set[int]
+) -> EntrySite:
+    """The cheapest correct entry site (see the module docstring). `targets`: every direct
+    branch target in the function; a site must not be one (it would fire more than once)."""
+    insns = disasm(code[: PROLOGUE_INSNS * 15], entry, PROLOGUE_INSNS)
     if not insns:
         raise ValueError("no instructions")
     first = insns[0]
+    first_site = EntrySite(first.address, insn_text(first), 0, is_emulated(bytes(first.bytes)))
     if "*" in reads:
-        return EntrySite(first.address, insn_text(first), 0, is_emulated(bytes(first.bytes)))
-    targets = {t for i in insns if (t := _branch_target(i)) is not None}
+        return first_site
     start = 0
     check_jcc: Any = None
     for k, insn in enumerate(insns[:6]):
@@ -197,11 +216,11 @@ def find_entry_site(insns: list[Any], entry: int, reads: tuple[str, ...]) -> Ent
             break
     needed = set(reads) | {"r14"}
     delta = 0
-    for insn in insns[start : start + 24]:
+    for insn in insns[start:]:
         if insn.address in targets and insn.address != entry:
             break
-        code = bytes(insn.bytes)
-        if is_emulated(code):
+        code1 = bytes(insn.bytes)
+        if is_emulated(code1):
             return EntrySite(insn.address, insn_text(insn), delta, True)
         if insn.group(capstone.CS_GRP_RET) or insn.group(capstone.CS_GRP_JUMP):
             break
@@ -215,20 +234,23 @@ def find_entry_site(insns: list[Any], entry: int, reads: tuple[str, ...]) -> Ent
                 break
     if check_jcc is not None:
         return EntrySite(check_jcc.address, insn_text(check_jcc), 0, True)
-    return EntrySite(first.address, insn_text(first), 0, is_emulated(bytes(first.bytes)))
+    return first_site
 
 
-def find_rets(insns: list[Any]) -> tuple[int, ...]:
-    return tuple(i.address for i in insns if i.mnemonic == "ret")
+def find_rets(lite: list[Lite]) -> tuple[int, ...]:
+    return tuple(i[0] for i in lite if i[2] == "ret")
 
 
-def find_call_results(insns: list[Any], callee_entry: int) -> tuple[int, ...]:
+def find_call_results(
+    code: bytes, entry: int, lite: list[Lite], callee_entry: int
+) -> tuple[int, ...]:
     """The first jcc after each CALL callee with nothing in between writing RAX."""
     out = []
-    for k, insn in enumerate(insns):
-        if not (insn.group(capstone.CS_GRP_CALL) and _branch_target(insn) == callee_entry):
+    for addr, size, mnem, _op in lite:
+        if mnem != "call" or lite_target((addr, size, mnem, _op)) != callee_entry:
             continue
-        for nxt in insns[k + 1 : k + 8]:
+        after = addr + size - entry
+        for nxt in disasm(code[after : after + 8 * 15], addr + size, 8):
             if _is_jcc(nxt):
                 out.append(nxt.address)
                 break
@@ -252,13 +274,14 @@ def make_site(
     resolve: dict[str, int],
 ) -> ProbeSite:
     """Disassemble one function and build its ProbeSite. `resolve`: callee name -> entry."""
-    insns = list(disasm(code, entry))
-    site = find_entry_site(insns, entry, role.reads)
-    rets = find_rets(insns) if role.rets else ()
+    lite = disasm_lite(code, entry)
+    targets = {t for i in lite if (t := lite_target(i)) is not None}
+    site = find_entry_site(code, entry, role.reads, targets)
+    rets = find_rets(lite) if role.rets else ()
     calls: dict[str, tuple[int, ...]] = {}
     for callee in role.calls:
         if callee in resolve:
-            calls[callee] = find_call_results(insns, resolve[callee])
+            calls[callee] = find_call_results(code, entry, lite, resolve[callee])
     return ProbeSite(
         function=role.name,
         symbol=symbol,
@@ -275,4 +298,4 @@ def make_site(
 
 def calls_target(code: bytes, addr: int, target: int) -> bool:
     """Does this code call or jump to `target`? (tells an ABI wrapper from its body)"""
-    return any(_branch_target(i) == target for i in disasm(code, addr))
+    return any(lite_target(i) == target for i in disasm_lite(code, addr))
