@@ -17,4 +17,62 @@ struct gm_event {
     u64 a1;
 };
 
+/* gmpmon.events.Kind — keep in step with events.py. */
+#define GM_EXECUTE        1
+#define GM_SCHED          2
+#define GM_PARK           3
+#define GM_READY          4
+#define GM_GO_CREATE      5
+#define GM_GO_EXIT        6
+#define GM_SYSCALL_ENTER  7
+#define GM_SYSCALL_EXIT   8
+#define GM_HANDOFF        9
+#define GM_PREEMPT_REQ   10
+#define GM_PREEMPTED     11
+#define GM_STW_START     12
+#define GM_STW_END       13
+#define GM_STEAL         14
+#define GM_MUTEX         15
+#define GM_MUTEX_ADDR    16
+
+/* gmpmon.events.Counter — the in-kernel aggregate tables. */
+#define GM_C_SCHED_LAT      1
+#define GM_C_STEAL_ATTEMPT  2
+#define GM_C_STEAL_OK       3
+#define GM_C_STEAL_GS       4
+#define GM_C_PARK_COUNT     5
+#define GM_C_PARK_WAIT_NS   6
+
+/* gmpmon.events.LockKind */
+#define GM_LOCK_MUTEX 1
+
+/* Key of the generic counter hash (see gm_count in gmpmon.bpf.c); decoded by
+ * gmpmon/capture/bpfprog.py:decode_counter_key. */
+#define GM_COUNTER_KEY(table, p, key) \
+    (((u64)(table) << 56) | ((u64)(((u32)((p) + 1)) & 0xffffff) << 32) | (u64)(u32)(key))
+
+/* Scheduling-latency bucket, identical to gmpmon.events.lat_bucket: log2 with 4 linear
+ * sub-buckets per power of two. BPF has no clz instruction: binary search for the top bit. */
+#define GM_LAT_SUB 4
+static __always_inline u32 gm_log2(u64 v)
+{
+    u32 r = 0;
+    if (v >> 32) { v >>= 32; r += 32; }
+    if (v >> 16) { v >>= 16; r += 16; }
+    if (v >> 8)  { v >>= 8;  r += 8; }
+    if (v >> 4)  { v >>= 4;  r += 4; }
+    if (v >> 2)  { v >>= 2;  r += 2; }
+    if (v >> 1)  { r += 1; }
+    return r;
+}
+
+static __always_inline u32 gm_lat_bucket(u64 ns)
+{
+    if (ns < GM_LAT_SUB)
+        return (u32)ns;
+    u32 hb = gm_log2(ns);
+    u32 sub = (u32)(ns >> (hb - 2)) & (GM_LAT_SUB - 1);
+    return hb * GM_LAT_SUB + sub;
+}
+
 #endif /* GMPMON_H */

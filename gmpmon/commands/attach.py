@@ -1,17 +1,198 @@
-"""`gmpmon attach` (placeholder until its issue lands: exits 1 with a clear line)."""
+"""`gmpmon attach PID`: watch a running Go program's scheduler (TUI, or headless lines)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
-from gmpmon.errors import GmpmonError
+from gmpmon.capture.capture import MODES
+from gmpmon.errors import TargetError, UsageError
+from gmpmon.export.outfile import check_output_path, open_private
+from gmpmon.model.snapshot import Snapshot
+from gmpmon.session import LiveSession
+
+EXAMPLES = """\
+examples:
+  sudo gmpmon attach 1234                       # live TUI
+  sudo gmpmon attach 1234 --no-tui -d 10        # 10 s of schedtrace-like lines, then a summary
+  sudo gmpmon attach 1234 --mode full -d 5 --summary-json s.json
+  sudo gmpmon attach 1234 --mode sample         # no hot probes at all: near-zero overhead
+  sudo gmpmon attach 1234 --record s.gmp --folded mutex.folded
+"""
+
+
+def add_capture_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by attach and run."""
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="default",
+        help="sample: read scheduler state at 100 Hz + cold probes; default: sample + hot "
+        "probes in duty-cycled windows; full: every probe all the time (default: %(default)s)",
+    )
+    p.add_argument("-d", "--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--no-tui", action="store_true", help="headless: print lines, then a summary")
+    p.add_argument("--record", metavar="FILE", help="record every event for `gmpmon replay`")
+    p.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON at the end")
+    p.add_argument("--folded", metavar="FILE", help="write mutex-contention folded stacks")
+    p.add_argument(
+        "--interval", type=float, default=1.0, metavar="S",
+        help="headless: one line every S seconds (default: %(default)s)",
+    )
+    p.add_argument("--window-ms", type=int, default=200, help=argparse.SUPPRESS)
+    p.add_argument("--period-ms", type=int, default=1000, help=argparse.SUPPRESS)
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("attach", help="attach (not implemented yet)")
+    p = sub.add_parser(
+        "attach",
+        help="watch a running Go program's scheduler",
+        description="Attach uprobes to a running Go program and show its scheduler (G/M/P).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("pid", type=int, help="process id of the Go program")
+    add_capture_options(p)
     p.set_defaults(func=run)
 
 
+def check_capture_args(args: argparse.Namespace) -> None:
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration must be positive")
+    if args.interval <= 0:
+        raise UsageError("--interval must be positive")
+    if not (0 < args.window_ms <= args.period_ms):
+        raise UsageError("need 0 < --window-ms <= --period-ms")
+    for path in (args.record, args.summary_json, args.folded):
+        if path:
+            check_output_path(path)
+
+
 def run(args: argparse.Namespace) -> int:
-    raise GmpmonError("'attach' is not implemented yet")
+    check_capture_args(args)
+    pid: int = args.pid
+    if pid <= 0 or not os.path.exists(f"/proc/{pid}"):
+        raise TargetError(f"no process with pid {pid}")
+    from gmpmon.binary import load_pid
+
+    info = load_pid(pid)
+    session = LiveSession(
+        info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
+        record=args.record,
+    )
+    with stop_signals() as stop:
+        try:
+            session.start()
+        except BaseException:
+            session.close()
+            raise
+        try:
+            watch(session, args, stop)
+        finally:
+            session.close()
+    finish_outputs(session, args)
+    return 0
+
+
+def watch(session: LiveSession, args: argparse.Namespace, stop: threading.Event) -> None:
+    """Show the session until --duration, a signal, or the target's exit."""
+    if not args.no_tui and sys.stdout.isatty():
+        try:
+            from gmpmon.tui.app import run_tui
+        except ImportError:
+            pass
+        else:
+            run_tui(session)
+            return
+    headless(session, args, stop)
+
+
+def headless(session: LiveSession, args: argparse.Namespace, stop: threading.Event) -> None:
+    from gmpmon.report import interval_line
+
+    h = session.header
+    print(
+        f"Tracing Go scheduler of PID {h.pid} ({h.go_version}, GOMAXPROCS={h.gomaxprocs}, "
+        f"mode {h.mode})... Ctrl-C to end.",
+        flush=True,
+    )
+    if session.capture.sampler_error and h.mode != "full":
+        print(f"gmpmon: no sampler ({session.capture.sampler_error}); probes only",
+              file=sys.stderr)
+    start = time.monotonic()
+    deadline = start + args.duration if args.duration else None
+    next_line = start + args.interval
+    prev: Snapshot | None = None
+    while not stop.is_set() and not session.finished.is_set():
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            break
+        wake = min(next_line, deadline) if deadline is not None else next_line
+        stop.wait(max(0.0, min(wake - now, 0.1)))
+        if time.monotonic() >= next_line:
+            snap = session.latest()
+            if snap is not None:
+                print(interval_line(snap, prev), flush=True)
+                prev = snap
+            next_line += args.interval
+    if session.target_exited:
+        print(f"gmpmon: target {h.pid} exited", file=sys.stderr)
+
+
+def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
+    """Final summary on stdout, and every requested file, complete."""
+    from gmpmon import report
+
+    snap = session.latest()
+    if snap is None:
+        return
+    if args.summary_json:
+        with open_private(args.summary_json) as f:
+            f.write((json.dumps(report.summary(snap), indent=2) + "\n").encode())
+    if args.folded:
+        write_folded(snap, args.folded)
+    if args.no_tui or not sys.stdout.isatty():
+        print(report.text_report(snap), flush=True)
+    if session.error is not None:
+        print(f"gmpmon: model error: {session.error}", file=sys.stderr)
+
+
+def write_folded(snap: Snapshot, path: str) -> None:
+    try:
+        from gmpmon.export import folded  # the exporter, when it exists
+
+        writer: Callable[[Snapshot, str], None] | None = getattr(folded, "write_snapshot", None)
+    except ImportError:
+        writer = None
+    if writer is not None:
+        writer(snap, path)
+        return
+    with open_private(path) as f:
+        for ms in snap.mutex_stacks:
+            frames = ";".join(s.replace(" ", "_").replace(";", ":") for s in ms.stack)
+            f.write(f"{frames or '[Missed User Stack]'} {ms.wait_ns}\n".encode())
+
+
+@contextmanager
+def stop_signals() -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM set an Event instead of raising in the middle of a detach."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -1,0 +1,290 @@
+"""The BPF side of capture: compile probes/gmpmon.bpf.c for one binary, attach and detach its
+uprobes, and read its maps (ring buffer fd, counters, lost records, probe hits, stacks).
+
+This module and :mod:`gmpmon.capture.capture` are the only ones that know BCC.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gmpmon._bcc import import_bcc
+from gmpmon.binary.info import BinaryInfo
+from gmpmon.capture.sites import BinaryText, Site, call_result_site, call_sites, func_range
+from gmpmon.capture.sites import probe_site as find_probe_site
+from gmpmon.errors import CaptureError, KernelSupportError, PermissionDenied, UnsupportedError
+
+PROBE_DIR = Path(__file__).resolve().parent.parent / "probes"
+RINGBUF_PAGES = 2048  # 8 MiB: ~150k records, ~100 ms of the hottest target at full rate
+
+# Probe ids: index into the BPF `hits` array (PROBE_* -D flags) and Counter.PROBE_HITS keys.
+PROBE_IDS: tuple[str, ...] = (
+    "EXECUTE",
+    "FINDRUNNABLE",
+    "GOPARK",
+    "READY",
+    "GOCREATE",
+    "GOEXIT",
+    "SYSENTER",
+    "SYSEXIT",
+    "GOSCHED",
+    "STEAL_TRY",
+    "STEAL_GOT",
+    "HANDOFFP",
+    "SYSENTERBLK",
+    "PREEMPTONE",
+    "STW",
+    "LOCK",
+)
+
+# (BPF function, runtime function candidates in preference order, hot?, feature)
+_ENTRY_PROBES: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
+    ("gmpmon_execute", ("runtime.execute",), True, "timeline"),
+    ("gmpmon_findrunnable", ("runtime.findRunnable", "runtime.findrunnable"), True, "timeline"),
+    ("gmpmon_gopark", ("runtime.gopark",), True, "park"),
+    ("gmpmon_ready", ("runtime.ready",), True, "park"),
+    ("gmpmon_goexit", ("runtime.gdestroy", "runtime.goexit0"), True, "goroutines"),
+    ("gmpmon_sysenter", ("runtime.entersyscall",), True, "syscall"),
+    ("gmpmon_sysexit", ("runtime.exitsyscall",), True, "syscall"),
+    ("gmpmon_steal_try", ("runtime.runqsteal",), True, "steal"),
+    ("gmpmon_handoffp", ("runtime.handoffp",), False, "syscall"),
+    ("gmpmon_sysenterblk", ("runtime.entersyscallblock",), False, "syscall"),
+    ("gmpmon_preemptone", ("runtime.preemptone",), False, "preempt"),
+    ("gmpmon_stw_stop", ("runtime.stopTheWorldWithSema",), False, "stw"),
+    ("gmpmon_stw_start", ("runtime.startTheWorldWithSema",), False, "stw"),
+    (
+        "gmpmon_lock_enter",
+        ("mutex.lockSlow", "internal/sync.(*Mutex).lockSlow", "sync.(*Mutex).lockSlow"),
+        False,
+        "mutex",
+    ),
+)
+
+
+@dataclass
+class ProbePlan:
+    """Every uprobe for one binary, split by tier, plus what could not be placed."""
+
+    hot: list[Site] = field(default_factory=list)
+    cold: list[Site] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def plan_probes(info: BinaryInfo) -> ProbePlan:
+    """Resolve every probe of gmpmon.bpf.c to an address in this binary."""
+    text = BinaryText(info.path)
+    plan = ProbePlan()
+    feats: set[str] = set()
+
+    def add(site: Site, feature: str) -> None:
+        (plan.hot if site.hot else plan.cold).append(site)
+        feats.add(feature)
+
+    for fn, names, hot, feature in _ENTRY_PROBES:
+        ps = find_probe_site(info, text, *names)
+        if ps is None:
+            plan.missing[fn] = f"{names[0]} not found"
+            continue
+        add(Site(fn, ps.entry_site, ps.symbol, hot), feature)
+        if fn == "gmpmon_lock_enter":
+            for ret in ps.rets:
+                add(Site("gmpmon_lock_exit", ret, ps.symbol, False), feature)
+        if fn == "gmpmon_steal_try":
+            got = list(ps.call_results.get("runtime.runqgrab", ()))
+            if not got:
+                grab = func_range(info, "runtime.runqgrab")
+                site = call_result_site(text, ps.entry, ps.size, grab[0]) if grab else None
+                got = [site] if site else []
+            if got:
+                for a in got:
+                    add(Site("gmpmon_steal_got", a, ps.symbol, True), feature)
+            else:
+                plan.missing["gmpmon_steal_got"] = "no runqgrab result site in runqsteal"
+
+    # Preemption: goschedImpl(gp, preempted bool) from 1.22; gopreempt_m before (cold there).
+    if info.go_minor >= 22:
+        ps = find_probe_site(info, text, "runtime.goschedImpl")
+        if ps:
+            add(Site("gmpmon_gosched", ps.entry_site, ps.symbol, True), "preempt")
+    else:
+        ps = find_probe_site(info, text, "runtime.gopreempt_m")
+        if ps:
+            add(Site("gmpmon_gopreempt", ps.entry_site, ps.symbol, False), "preempt")
+
+    # Goroutine creation: the emulated CALL runqput inside newproc.func1, else newproc1's RETs.
+    closure = func_range(info, "runtime.newproc.func1")
+    runqput = func_range(info, "runtime.runqput")
+    calls = call_sites(text, closure[0], closure[1], runqput[0]) if closure and runqput else ()
+    if calls:
+        for a in calls:
+            add(Site("gmpmon_gocreate", a, "runtime.newproc.func1", True), "goroutines")
+    else:
+        ps = find_probe_site(info, text, "runtime.newproc1")
+        if ps and ps.rets:
+            for ret in ps.rets:
+                add(Site("gmpmon_newproc1_ret", ret, ps.symbol, True), "goroutines")
+        else:
+            plan.missing["gmpmon_gocreate"] = "no goroutine-creation site"
+    plan.features = sorted(feats)
+    return plan
+
+
+def _off(info: BinaryInfo, key: str) -> int:
+    try:
+        return info.offsets[key]
+    except KeyError as e:
+        raise UnsupportedError(
+            f"no offset for {key} in {info.path} ({info.go_version})",
+            hint="build with DWARF or use a supported Go version",
+        ) from e
+
+
+def cflags(info: BinaryInfo, tgid: int) -> list[str]:
+    sched = info.symbols.get("runtime.sched")
+    runqsize = info.offsets.get("runtime.schedt.runqsize")
+    runqsize_addr = sched + runqsize + info.load_bias if sched and runqsize is not None else 0
+    defs: dict[str, int] = {
+        "TGID": tgid,
+        "RINGBUF_PAGES": RINGBUF_PAGES,
+        "G_M": _off(info, "runtime.g.m"),
+        "G_GOID": _off(info, "runtime.g.goid"),
+        "G_WAITREASON": _off(info, "runtime.g.waitreason"),
+        "M_PROCID": _off(info, "runtime.m.procid"),
+        "M_CURG": _off(info, "runtime.m.curg"),
+        "M_P": _off(info, "runtime.m.p"),
+        "P_ID": _off(info, "runtime.p.id"),
+        "P_M": _off(info, "runtime.p.m"),
+        "P_RUNQHEAD": _off(info, "runtime.p.runqhead"),
+        "P_RUNQTAIL": _off(info, "runtime.p.runqtail"),
+        "P_RUNNEXT": _off(info, "runtime.p.runnext"),
+        "SCHED_RUNQSIZE_ADDR": runqsize_addr,
+        "STW_HAS_REASON": 1 if info.go_minor >= 21 else 0,
+    }
+    for i, name in enumerate(PROBE_IDS):
+        defs[f"PROBE_{name}"] = i
+    return [f"-D{k}={v:#x}" if k.endswith("_ADDR") else f"-D{k}={v}" for k, v in defs.items()]
+
+
+class BpfProgram:
+    """One compiled gmpmon.bpf.c for one target, with its uprobes."""
+
+    def __init__(self, info: BinaryInfo, tgid: int) -> None:
+        if os.geteuid() != 0:
+            raise PermissionDenied("attaching uprobes needs root", hint="run with sudo")
+        bcc = import_bcc()
+        self.info = info
+        self.path = info.path
+        try:
+            self.bpf: Any = bcc.BPF(
+                src_file=str(PROBE_DIR / "gmpmon.bpf.c").encode(),
+                cflags=[f"-I{PROBE_DIR}", *cflags(info, tgid)],
+            )
+        except Exception as e:  # BCC raises bare Exceptions for compile/load failures
+            raise KernelSupportError(
+                f"cannot load the BPF program: {e}", hint="run `gmpmon doctor`"
+            ) from e
+        self._attached: dict[tuple[str, int], int] = {}  # (fn, addr) -> perf event fd
+        self._text = BinaryText(info.path)
+        self._lib: Any = bcc.lib
+        self._kprobe_type: int = bcc.BPF.KPROBE
+        self._prev_counters: dict[int, int] = {}
+        self._prev_lost = 0
+        self._prev_hits = [0] * len(PROBE_IDS)
+        self.gen = 0
+
+    # --- uprobes -------------------------------------------------------------------------
+
+    def attach(self, sites: list[Site]) -> None:
+        """Attach uprobes by file offset on the binary's inode (pid=-1: every process running
+        it; the programs filter by TGID). Our own bookkeeping rather than BCC's: its
+        detach_uprobe also writes tracefs's uprobe_events, which perf-PMU uprobes never
+        used, and then keeps the closed fd for its atexit cleanup."""
+        lib = self._lib
+        for s in sites:
+            key = (s.fn_name, s.addr)
+            if key in self._attached:
+                continue
+            off = self._text.file_offset(s.addr)
+            if off is None:
+                raise CaptureError(f"{s.role} at {s.addr:#x} is outside the file's segments")
+            fn = self.bpf.load_func(s.fn_name.encode(), self._kprobe_type)
+            ev = f"gmpmon_{os.getpid()}_{s.addr:x}".encode()
+            fd = lib.bpf_attach_uprobe(fn.fd, 0, ev, self.path.encode(), off, -1)
+            if fd < 0:
+                raise CaptureError(f"cannot attach a uprobe on {s.role} at {s.addr:#x}")
+            self._attached[key] = fd
+
+    def detach(self, sites: list[Site]) -> None:
+        for s in sites:
+            fd = self._attached.pop((s.fn_name, s.addr), None)
+            if fd is not None:
+                self._lib.bpf_close_perf_event_fd(fd)
+
+    def n_attached(self) -> int:
+        return len(self._attached)
+
+    def new_window(self) -> None:
+        """Bump the generation the hot probes stamp their timestamps with."""
+        self.gen += 1
+        self.bpf["cfg"][ct.c_int(0)] = ct.c_uint32(self.gen)
+
+    def close(self) -> None:
+        for fd in self._attached.values():
+            self._lib.bpf_close_perf_event_fd(fd)
+        self._attached.clear()
+        self.bpf.cleanup()
+
+    # --- maps ----------------------------------------------------------------------------
+
+    def ringbuf_fd(self) -> int:
+        fd: int = self.bpf["events"].map_fd
+        return fd
+
+    def counter_deltas(self) -> list[tuple[int, int, int, int]]:
+        """(table, p, key, delta) for every counter that grew since the last call."""
+        table = self.bpf["counters"]
+        try:
+            items = [(k.value, v.value) for k, v in table.items_lookup_batch()]
+        except Exception:
+            items = [(k.value, v.value) for k, v in table.items()]
+        out = []
+        prev = self._prev_counters
+        for k, v in items:
+            d = v - prev.get(k, 0)
+            if d:
+                prev[k] = v
+                out.append((*decode_counter_key(k), d))
+        return out
+
+    def lost_delta(self) -> int:
+        total = sum(self.bpf["lost"][ct.c_int(0)])
+        d = total - self._prev_lost
+        self._prev_lost = total
+        return int(d)
+
+    def hit_deltas(self) -> list[tuple[int, int]]:
+        hits = self.bpf["hits"]
+        out = []
+        for i in range(len(PROBE_IDS)):
+            total = int(sum(hits[ct.c_int(i)]))
+            d = total - self._prev_hits[i]
+            if d:
+                self._prev_hits[i] = total
+                out.append((i, d))
+        return out
+
+    def stack(self, stack_id: int) -> list[int]:
+        try:
+            return [int(a) for a in self.bpf["stacks"].walk(stack_id)]
+        except Exception:
+            return []
+
+
+def decode_counter_key(k: int) -> tuple[int, int, int]:
+    """(table, p, key) of a GM_COUNTER_KEY (probes/gmpmon.h)."""
+    return k >> 56, ((k >> 32) & 0xFFFFFF) - 1, k & 0xFFFFFFFF

@@ -1,0 +1,321 @@
+"""Capture: probes + sampler of one target -> timestamp-ordered Batches of events.
+
+One reader thread polls everything every ~10 ms: the ring buffer (by mmap, in bulk), the
+sampler (100 Hz, sample/default modes), the in-kernel counters (as COUNTER deltas, so that a
+replayed recording adds up to the same numbers), lost records, and the duty cycle of the hot
+probes in default mode (WINDOW events). Events are merged into timestamp order through a
+small reorder window and handed out as Batches through a queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from gmpmon.binary.info import BinaryInfo
+from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
+from gmpmon.capture.ringbuf import RingBufReader
+from gmpmon.capture.sampler import Sampler
+from gmpmon.events import Batch, Counter, EventTuple, Kind
+from gmpmon.errors import CaptureError
+
+MODES = ("sample", "default", "full")
+POLL_S = 0.010
+SAMPLE_NS = 10_000_000  # 100 Hz
+COUNTER_NS = 100_000_000
+# Records of different CPUs reach the ring buffer a few µs out of timestamp order; a record
+# is released once it is this much older than the newest poll.
+REORDER_NS = 3_000_000
+U64 = (1 << 64) - 1
+
+
+@dataclass
+class CaptureStats:
+    records: int = 0
+    lost: int = 0
+    samples: int = 0
+    windows: int = 0
+    polls: int = 0
+    busy_s: float = 0.0  # reader thread time spent working (not sleeping)
+
+
+class Capture:
+    """Live capture of one Go process. ``start()``, then ``get_batch()`` until it returns
+    None after ``stop()`` or the target's exit."""
+
+    def __init__(
+        self,
+        info: BinaryInfo,
+        pid: int,
+        mode: str = "default",
+        window_ms: int = 200,
+        period_ms: int = 1000,
+        stop_on_exit: bool = True,
+    ) -> None:
+        if mode not in MODES:
+            raise CaptureError(f"unknown mode {mode!r}")
+        self.info = info
+        self.pid = pid
+        self.mode = mode
+        self.window_ns = window_ms * 1_000_000
+        self.period_ns = period_ms * 1_000_000
+        self.stop_on_exit = stop_on_exit
+        self.plan: ProbePlan = plan_probes(info)
+        self.stats = CaptureStats()
+        self.prog: BpfProgram | None = None
+        self.ring: RingBufReader | None = None
+        self.sampler: Sampler | None = None
+        self.sampler_error = ""
+        self.target_exited = False
+        self._q: queue.Queue[Batch | None] = queue.Queue(maxsize=512)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pending: list[EventTuple] = []
+        self._stack_ids: dict[int, int] = {}
+        self._hot_on = False
+        self._error: BaseException | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        f = list(self.plan.features)
+        if self.mode != "full":
+            f.append("sample")
+        return tuple(f)
+
+    def prepare(self) -> None:
+        """Compile and attach the always-on probes (and all of them in full mode)."""
+        self.prog = BpfProgram(self.info, self.pid)
+        self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
+        try:
+            self.prog.attach(self.plan.cold)
+            if self.mode == "full":
+                self.prog.attach(self.plan.hot)
+                self._hot_on = True
+        except BaseException:
+            self.close()
+            raise
+        if self.mode != "full":
+            try:
+                self.sampler = Sampler(self.info, self.pid)
+            except (ValueError, KeyError, OSError) as e:
+                self.sampler_error = str(e)
+
+    def start(self) -> None:
+        if self.prog is None:
+            self.prepare()
+        self._thread = threading.Thread(target=self._run, name="gmpmon-capture", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Detach every probe, drain what is left, end the batch stream."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.close()
+
+    def close(self) -> None:
+        if self.prog is not None:
+            self.prog.detach(self.plan.hot + self.plan.cold)
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+        if self.prog is not None:
+            self.prog.close()
+            self.prog = None
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler = None
+
+    def get_batch(self, timeout: float | None = None) -> Batch | None:
+        """The next Batch; None at the end of the stream. Raises queue.Empty on timeout."""
+        b = self._q.get(timeout=timeout)
+        if b is None:
+            self._q.put(None)  # keep answering None
+            if self._error is not None:
+                raise CaptureError(f"capture failed: {self._error}")
+        return b
+
+    def attached_probes(self) -> int:
+        return self.prog.n_attached() if self.prog else 0
+
+    # --- reader thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # surfaced to the consumer by get_batch
+            self._error = e
+        finally:
+            with contextlib.suppress(Exception):
+                self._detach_all_and_drain()
+            self._q.put(None)
+
+    def _loop(self) -> None:
+        assert self.prog is not None
+        now = time.monotonic_ns()
+        next_sample = now
+        next_counters = now + COUNTER_NS
+        next_alive = now
+        cycle_start = now
+        if self.mode == "default":
+            self._hot_attach()
+        while not self._stop.is_set():
+            t0 = time.monotonic_ns()
+            if self.mode == "default":
+                phase = (t0 - cycle_start) % self.period_ns
+                if self._hot_on and phase >= self.window_ns:
+                    self._hot_detach()
+                elif not self._hot_on and phase < self.window_ns:
+                    self._hot_attach()
+            self._read_ring()
+            if self.sampler is not None and t0 >= next_sample:
+                try:
+                    self.sampler.sample(self._pending)
+                    self.stats.samples += 1
+                except OSError:
+                    if not self._alive():
+                        self.target_exited = True
+                next_sample = t0 + SAMPLE_NS
+            if t0 >= next_counters:
+                self._read_counters(t0)
+                next_counters = t0 + COUNTER_NS
+            if t0 >= next_alive:
+                if not self._alive():
+                    self.target_exited = True
+                next_alive = t0 + 100_000_000
+            self._release(t0 - REORDER_NS)
+            self.stats.polls += 1
+            self.stats.busy_s += (time.monotonic_ns() - t0) / 1e9
+            if self.target_exited and self.stop_on_exit:
+                break
+            time.sleep(POLL_S)
+
+    def _alive(self) -> bool:
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        # A zombie has exited: its memory is gone.
+        return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+    def _detach_all_and_drain(self) -> None:
+        if self.prog is None:
+            return
+        if self._hot_on and self.mode == "default":
+            self._hot_detach()
+        else:
+            self.prog.detach(self.plan.hot)
+            self._hot_on = False
+        self.prog.detach(self.plan.cold)
+        self._read_ring()
+        now = time.monotonic_ns()
+        self._read_counters(now)
+        self._release(None)
+
+    def _hot_attach(self) -> None:
+        assert self.prog is not None
+        self.prog.new_window()
+        self.prog.attach(self.plan.hot)
+        self._hot_on = True
+        self.stats.windows += 1
+        self._emit_window(1)
+
+    def _hot_detach(self) -> None:
+        assert self.prog is not None
+        self._emit_window(0)
+        self.prog.detach(self.plan.hot)
+        self._hot_on = False
+
+    def _emit_window(self, on: int) -> None:
+        self._pending.append((time.monotonic_ns(), Kind.WINDOW, -1, 0, 0, on, 0))
+
+    def _read_ring(self) -> None:
+        if self.ring is not None:
+            self.stats.records += self.ring.read(self._pending)
+
+    def _read_counters(self, now: int) -> None:
+        assert self.prog is not None
+        ev = self._pending
+        for table, p, key, delta in self.prog.counter_deltas():
+            ev.append((now, Kind.COUNTER, p, 0, table, key, delta))
+        for probe, delta in self.prog.hit_deltas():
+            ev.append((now, Kind.COUNTER, -1, 0, Counter.PROBE_HITS, probe, delta))
+        lost = self.prog.lost_delta()
+        if lost:
+            self.stats.lost += lost
+            ev.append((now, Kind.LOST, -1, 0, 0, lost, 0))
+
+    def _release(self, watermark: int | None) -> None:
+        pend = self._pending
+        if not pend:
+            return
+        pend.sort(key=_ts)
+        if watermark is None:
+            cut = len(pend)
+        else:
+            cut = _bisect_ts(pend, watermark)
+        if not cut:
+            return
+        out = pend[:cut]
+        del pend[:cut]
+        stacks = self._fix_mutex_stacks(out)
+        self._q.put(Batch(out, stacks))
+
+    def _fix_mutex_stacks(self, events: list[EventTuple]) -> dict[int, tuple[str, ...]]:
+        """MUTEX records carry (caller pc << 16 | kernel stack id): give each distinct pair a
+        small stack id and symbolize it once, root first."""
+        new: dict[int, tuple[str, ...]] = {}
+        for i, e in enumerate(events):
+            if e[1] != Kind.MUTEX:
+                continue
+            word = e[6]
+            sid = self._stack_ids.get(word)
+            if sid is None:
+                sid = len(self._stack_ids) + 1
+                self._stack_ids[word] = sid
+                new[sid] = self._symbolize(word)
+            events[i] = (e[0], e[1], e[2], e[3], e[4], e[5], sid)
+        return new
+
+    def _symbolize(self, word: int) -> tuple[str, ...]:
+        kid = word & 0xFFFF
+        caller = word >> 16
+        pcs = self.prog.stack(kid) if (self.prog is not None and kid != 0xFFFF) else []
+        # Kernels >= 6.10 add the caller themselves for a probe on a function's `push rbp`
+        # (is_uprobe_at_func_entry); older ones miss it.
+        if not pcs:
+            pcs = [caller] if caller else []
+        elif caller and (len(pcs) < 2 or pcs[1] != caller):
+            pcs = [pcs[0], caller, *pcs[1:]]
+        bias = self.info.load_bias
+        frames = []
+        for i, pc in enumerate(pcs):
+            # Return addresses point after the CALL: look up pc-1 to stay inside the caller.
+            name = self.info.functab.lookup(pc - bias - (1 if i else 0))
+            frames.append(name if name else f"[unknown {pc:#x}]")
+        if not frames:
+            frames = ["[Missed User Stack]"]
+        return tuple(reversed(frames))
+
+
+def _ts(e: EventTuple) -> int:
+    return e[0]
+
+
+def _bisect_ts(events: list[EventTuple], ts: int) -> int:
+    lo, hi = 0, len(events)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if events[mid][0] <= ts:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

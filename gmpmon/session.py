@@ -1,0 +1,200 @@
+"""The live SnapshotSource: capture -> model (-> recording) in a background thread.
+
+``LiveSession`` implements gmpmon.source's SnapshotSource and RecordingControl. The TUI and
+the headless printer only call ``latest()``/``status()``/``close()``; everything that touches
+BPF stays inside gmpmon.capture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import struct
+import threading
+import time
+
+from gmpmon.binary.info import BinaryInfo
+from gmpmon.capture.capture import Capture
+from gmpmon.events import Batch, Header
+from gmpmon.model import Model
+from gmpmon.model.snapshot import Snapshot
+from gmpmon.record import RecordingWriter
+
+SNAPSHOT_EVERY_S = 0.25
+
+
+def read_gomaxprocs(info: BinaryInfo, pid: int) -> int:
+    """runtime.gomaxprocs from the target's memory; without .symtab, what Go would pick
+    (GOMAXPROCS from the environment, else the CPUs the process may run on)."""
+    addr = info.symbols.get("runtime.gomaxprocs")
+    if addr is not None:
+        try:
+            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+            try:
+                raw = os.pread(fd, 4, addr + info.load_bias)
+            finally:
+                os.close(fd)
+            n: int = struct.unpack("<i", raw)[0]
+            if 0 < n <= 4096:
+                return n
+        except OSError:
+            pass
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for kv in f.read().split(b"\0"):
+                if kv.startswith(b"GOMAXPROCS="):
+                    return max(int(kv[11:]), 1)
+    except (OSError, ValueError):
+        pass
+    try:
+        return len(os.sched_getaffinity(pid))
+    except OSError:
+        return os.cpu_count() or 1
+
+
+def make_header(info: BinaryInfo, pid: int, capture: Capture, gomaxprocs: int) -> Header:
+    default = capture.mode == "default"
+    return Header(
+        pid=pid,
+        exe=info.path,
+        go_version=info.go_version,
+        gomaxprocs=gomaxprocs,
+        mode=capture.mode,
+        start_ns=time.monotonic_ns(),
+        wall_start=time.time(),
+        wait_reasons=info.wait_reasons,
+        stw_reasons=info.stw_reasons,
+        g_status=info.g_status,
+        p_status=info.p_status,
+        duty_window_ms=capture.window_ns // 1_000_000 if default else 0,
+        duty_period_ms=capture.period_ns // 1_000_000 if default else 0,
+        features=capture.features,
+    )
+
+
+class LiveSession:
+    """Capture of one process, modelled in a background thread."""
+
+    live = True
+
+    def __init__(
+        self,
+        info: BinaryInfo,
+        pid: int,
+        *,
+        mode: str = "default",
+        window_ms: int = 200,
+        period_ms: int = 1000,
+        record: str | None = None,
+        gomaxprocs: int | None = None,
+    ) -> None:
+        self.info = info
+        self.pid = pid
+        self.capture = Capture(info, pid, mode=mode, window_ms=window_ms, period_ms=period_ms)
+        self.header = make_header(
+            info, pid, self.capture, gomaxprocs or read_gomaxprocs(info, pid)
+        )
+        self.model = Model(self.header)
+        self._record_lock = threading.Lock()
+        self._recorder: RecordingWriter | None = None
+        if record:
+            self._recorder = RecordingWriter(record, self.header)
+        self._latest: Snapshot | None = None
+        self._thread: threading.Thread | None = None
+        self.finished = threading.Event()  # the batch stream ended (stop or target exit)
+        self._closed = False
+        self.error: BaseException | None = None
+
+    # --- SnapshotSource ------------------------------------------------------------------
+
+    def latest(self) -> Snapshot | None:
+        return self._latest
+
+    def status(self) -> str:
+        if self.capture.target_exited:
+            return "target exited"
+        if self.finished.is_set():
+            return "detached"
+        if self.capture.mode == "default":
+            return (
+                f"window {self.capture.window_ns // 1_000_000}/"
+                f"{self.capture.period_ns // 1_000_000}ms"
+            )
+        return "attached"
+
+    def start(self) -> None:
+        """Attach (raises a GmpmonError when it cannot) and start modelling."""
+        self.capture.prepare()
+        self.capture.start()
+        self._thread = threading.Thread(target=self._run, name="gmpmon-model", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Detach every probe, drain, finish the model and every output. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.capture.stop()
+        if self._thread is not None:
+            self._thread.join()
+        self.model.flush()
+        self._latest = self.model.snapshot()
+        self.stop_recording()
+
+    @property
+    def target_exited(self) -> bool:
+        return self.capture.target_exited
+
+    # --- RecordingControl ----------------------------------------------------------------
+
+    def start_recording(self, path: str) -> None:
+        with self._record_lock:
+            if self._recorder is None:
+                self._recorder = RecordingWriter(path, self.header)
+
+    def stop_recording(self) -> str | None:
+        with self._record_lock:
+            rec, self._recorder = self._recorder, None
+        if rec is None:
+            return None
+        rec.close()
+        return rec.path
+
+    def recording_path(self) -> str | None:
+        rec = self._recorder
+        return rec.path if rec else None
+
+    # --- model thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_snap = time.monotonic() + SNAPSHOT_EVERY_S
+        try:
+            while True:
+                try:
+                    batch = self.capture.get_batch(timeout=0.05)
+                except queue.Empty:
+                    batch = Batch()
+                else:
+                    if batch is None:
+                        break
+                self._consume(batch)
+                now = time.monotonic()
+                if now >= next_snap:
+                    self._latest = self.model.snapshot()
+                    next_snap = now + SNAPSHOT_EVERY_S
+        except BaseException as e:
+            self.error = e
+            # Keep draining so the capture thread can always finish.
+            with contextlib.suppress(Exception):
+                while self.capture.get_batch(timeout=1.0) is not None:
+                    pass
+        finally:
+            self.finished.set()
+
+    def _consume(self, batch: Batch) -> None:
+        if batch.events or batch.stacks:
+            self.model.feed(batch)
+            with self._record_lock:
+                if self._recorder is not None:
+                    self._recorder.write(batch)

@@ -1,0 +1,542 @@
+/* gmpmon.bpf.c — uprobes on the Go runtime scheduler (linux/amd64, Go 1.19–1.27).
+ *
+ * Compiled by BCC with everything version-specific passed as -D flags by
+ * gmpmon/capture/bpfprog.py (struct offsets from BinaryInfo.offsets, addresses, switches):
+ *
+ *   TGID              the target process: every program returns at once for other tasks
+ *                     (probes are attached per inode, pid=-1, so `gmpmon run` can place them
+ *                     before exec; other processes running the same binary are ignored).
+ *   G_M G_GOID G_WAITREASON                 runtime.g fields (go-runtime.md §2.1)
+ *   M_PROCID M_CURG M_P                     runtime.m fields
+ *   P_ID P_M P_RUNQHEAD P_RUNQTAIL P_RUNNEXT runtime.p fields
+ *   SCHED_RUNQSIZE_ADDR  runtime address of sched.runqsize (<=1.24) / sched.runq.size
+ *                     (1.25+), an int32; 0 when unknown (stripped binary: no .symtab).
+ *   STW_HAS_REASON    1 when stopTheWorldWithSema(reason stwReason) has AL=reason (1.21+).
+ *
+ * ABIInternal (go-runtime.md §1): arguments in RAX, RBX, RCX, RDI, RSI, ...; R14 = current g.
+ * Every probe sits on an emulated instruction (push rbp / jcc / call) after the stack check,
+ * where the argument registers are still intact. Scheduler functions run on g0, where
+ * R14 = m.g0, so m = [R14 + G_M] and the user goroutine is m.curg.
+ *
+ * Per-event records go to the `events` ring buffer with BPF_RB_NO_WAKEUP (user space polls
+ * it by mmap); a full buffer drops the record and counts it in `lost`. Counts and histograms
+ * live in `counters` and are read periodically by user space as deltas.
+ */
+#include <uapi/linux/ptrace.h>
+#include "gmpmon.h"
+
+#define NO_P (-1)
+
+BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+BPF_PERCPU_ARRAY(lost, u64, 1);
+/* Probe hit counts per probe id (gmpmon/capture/bpfprog.py: PROBES order): overhead
+ * accounting for the benchmark (hits x emulated-hit cost = the floor). */
+BPF_PERCPU_ARRAY(hits, u64, 32);
+/* Generic aggregate: key = GM_COUNTER_KEY(table, p, key), value = running total. */
+BPF_HASH(counters, u64, u64, 16384);
+/* cfg[0] = window generation: bumped by user space whenever the hot probes are attached
+ * again (default mode's duty cycle), so that a timestamp left by the previous window is never
+ * paired with an event of this one (the events in between were not seen). */
+BPF_ARRAY(cfg, u32, 1);
+
+struct gm_stamp {
+    u64 ts;
+    u32 gen;
+    u32 reason;
+};
+/* goid -> when it became runnable (ready / preempted / created): sched latency at execute. */
+BPF_TABLE("lru_hash", u64, struct gm_stamp, runnable_at, 65536);
+/* goid -> when and why it parked: park->ready wait per reason. */
+BPF_TABLE("lru_hash", u64, struct gm_stamp, parked_at, 65536);
+
+/* Steal in flight on this M (keyed by TID: runqsteal runs on g0 and does not migrate). */
+struct gm_steal { s32 thief; s32 victim; };
+BPF_HASH(steal_try, u32, struct gm_steal, 1024);
+
+/* STW in progress: one at a time (the world is stopped by one M). */
+BPF_ARRAY(stw_at, struct gm_stamp, 1);
+
+/* P id -> goid that entered a syscall last on it, to name the G whose P is handed off. */
+BPF_HASH(sys_g, s32, u64, 1024);
+
+/* Contended sync.Mutex: goid -> slow-path entry (keyed by goid: the G may resume on
+ * another M after parking in the semaphore). */
+struct gm_lock {
+    u64 ts;
+    u64 addr;
+    u64 stack;   /* (caller pc << 16) | (stack id & 0xffff) */
+};
+BPF_HASH(lock_at, u64, struct gm_lock, 65536);
+BPF_STACK_TRACE(stacks, 16384);
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static __always_inline int gm_mine(void)
+{
+    return (bpf_get_current_pid_tgid() >> 32) == TGID;
+}
+
+static __always_inline u32 gm_tid(void)
+{
+    return (u32)bpf_get_current_pid_tgid();
+}
+
+static __always_inline u64 rd64(u64 addr)
+{
+    u64 v = 0;
+    if (addr)
+        bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+static __always_inline u32 rd32(u64 addr)
+{
+    u32 v = 0;
+    if (addr)
+        bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+static __always_inline u8 rd8(u64 addr)
+{
+    u8 v = 0;
+    if (addr)
+        bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+static __always_inline void gm_hit(u32 probe)
+{
+    u64 *v = hits.lookup(&probe);
+    if (v)
+        *v += 1;   /* per-CPU slot: no atomic needed */
+}
+
+static __always_inline u32 gm_gen(void)
+{
+    int zero = 0;
+    u32 *g = cfg.lookup(&zero);
+    return g ? *g : 0;
+}
+
+static __always_inline void gm_count(u32 table, s32 p, u32 key, u64 delta)
+{
+    u64 k = GM_COUNTER_KEY(table, p, key);
+    u64 zero = 0;
+    u64 *v = counters.lookup_or_try_init(&k, &zero);
+    if (v)
+        __sync_fetch_and_add(v, delta);
+}
+
+static __always_inline void gm_emit(u32 kind, s32 p, u32 m, u64 g, u64 a0, u64 a1)
+{
+    struct gm_event *e = events.ringbuf_reserve(sizeof(struct gm_event));
+    if (!e) {
+        int zero = 0;
+        u64 *l = lost.lookup(&zero);
+        if (l)
+            *l += 1;
+        return;
+    }
+    /* Timestamp taken after the reservation: the ring buffer's order is then (nearly) the
+     * timestamp order, and user space's reorder window can stay small. */
+    e->ts = bpf_ktime_get_ns();
+    e->kind = kind;
+    e->p = p;
+    e->m = m;
+    e->pad = 0;
+    e->g = g;
+    e->a0 = a0;
+    e->a1 = a1;
+    events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+/* The M of the current thread, from the g in R14 (user g or g0: both have g.m). */
+static __always_inline u64 gm_m(struct pt_regs *ctx)
+{
+    return rd64(ctx->r14 + G_M);
+}
+
+static __always_inline s32 gm_pid(u64 pp)
+{
+    return pp ? (s32)rd32(pp + P_ID) : NO_P;
+}
+
+/* Local runq length: runqtail - runqhead (+1 for runnext), as runqempty()/runqlen() do. */
+static __always_inline u64 gm_runqlen(u64 pp)
+{
+    if (!pp)
+        return 0;
+    u32 head = rd32(pp + P_RUNQHEAD);
+    u32 tail = rd32(pp + P_RUNQTAIL);
+    u64 next = rd64(pp + P_RUNNEXT);
+    return (u64)(u32)(tail - head) + (next != 0);
+}
+
+static __always_inline u64 gm_globrunq(void)
+{
+#if SCHED_RUNQSIZE_ADDR
+    return (u64)(s64)(s32)rd32(SCHED_RUNQSIZE_ADDR);
+#else
+    return (u64)-1;
+#endif
+}
+
+static __always_inline u64 gm_goid(u64 gp)
+{
+    return gp ? rd64(gp + G_GOID) : 0;
+}
+
+static __always_inline void gm_mark_runnable(u64 goid, u64 now)
+{
+    struct gm_stamp s = {.ts = now, .gen = gm_gen(), .reason = 0};
+    runnable_at.update(&goid, &s);
+}
+
+/* ---- hot probes (full mode; duty-cycled windows in default mode) --------------------- */
+
+/* runtime.execute(gp *g, inheritTime bool), all versions. On g0. RAX=gp (still _Grunnable),
+ * BL=inheritTime. m.p is already acquired. Never returns. */
+int gmpmon_execute(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_EXECUTE);
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    u64 pp = rd64(gm_m(ctx) + M_P);
+    s32 pid = gm_pid(pp);
+    struct gm_stamp *r = runnable_at.lookup(&goid);
+    if (r) {
+        if (r->gen == gm_gen() && now >= r->ts)
+            gm_count(GM_C_SCHED_LAT, pid, gm_lat_bucket(now - r->ts), 1);
+        runnable_at.delete(&goid);
+    }
+    gm_emit(GM_EXECUTE, pid, gm_tid(), goid, ctx->bx & 0xff, gm_runqlen(pp));
+    return 0;
+}
+
+/* runtime.findRunnable() (1.19+), entry. On g0 with a P (schedule() holds one): the M starts
+ * looking for work. The search ends with the next EXECUTE on this M (its RETs are
+ * single-stepped and hot: not probed). */
+int gmpmon_findrunnable(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_FINDRUNNABLE);
+    u64 pp = rd64(gm_m(ctx) + M_P);
+    gm_emit(GM_SCHED, gm_pid(pp), gm_tid(), 0, gm_runqlen(pp), gm_globrunq());
+    return 0;
+}
+
+/* runtime.gopark(unlockf, lock, reason waitReason, traceEv/traceReason, traceskip).
+ * On the user g: R14=g, CL=reason (u8). The reason number is per version: user space
+ * decodes it with BinaryInfo.wait_reasons. */
+int gmpmon_gopark(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_GOPARK);
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->r14);
+    u32 reason = ctx->cx & 0xff;
+    u64 pp = rd64(gm_m(ctx) + M_P);
+    struct gm_stamp s = {.ts = now, .gen = gm_gen(), .reason = reason};
+    parked_at.update(&goid, &s);
+    gm_count(GM_C_PARK_COUNT, NO_P, reason, 1);
+    gm_emit(GM_PARK, gm_pid(pp), gm_tid(), goid, reason, 0);
+    return 0;
+}
+
+/* runtime.ready(gp *g, traceskip int, next bool) (goready is inlined since 1.21). Usually on
+ * g0 via systemstack: RAX=gp, still _Gwaiting with gp.waitreason set. The waker is m.curg
+ * (0 when the scheduler, a timer or netpoll readies it from g0 after dropg). */
+int gmpmon_ready(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_READY);
+    u64 now = bpf_ktime_get_ns();
+    u64 gp = ctx->ax;
+    u64 goid = gm_goid(gp);
+    u32 wr = rd8(gp + G_WAITREASON);
+    u64 m = gm_m(ctx);
+    u64 waker = gm_goid(rd64(m + M_CURG));
+    u32 gen = gm_gen();
+    struct gm_stamp *pk = parked_at.lookup(&goid);
+    if (pk) {
+        if (pk->gen == gen && now >= pk->ts)
+            gm_count(GM_C_PARK_WAIT_NS, NO_P, pk->reason, now - pk->ts);
+        parked_at.delete(&goid);
+    }
+    struct gm_stamp s = {.ts = now, .gen = gen, .reason = 0};
+    runnable_at.update(&goid, &s);
+    gm_emit(GM_READY, gm_pid(rd64(m + M_P)), gm_tid(), goid, waker, wr);
+    return 0;
+}
+
+/* The `CALL runtime.runqput` inside runtime.newproc.func1 (newproc's systemstack closure:
+ * newg := newproc1(...); runqput(pp, newg, true)), all versions. CALL is emulated, so this is
+ * the cheap way to see a creation with the new goid already set (newproc1's RET would be
+ * single-stepped). RAX=pp, RBX=newg; on g0, the parent is m.curg. */
+int gmpmon_gocreate(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_GOCREATE);
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->bx);
+    u64 parent = gm_goid(rd64(gm_m(ctx) + M_CURG));
+    gm_mark_runnable(goid, now);
+    gm_emit(GM_GO_CREATE, gm_pid(ctx->ax), gm_tid(), goid, parent, 0);
+    return 0;
+}
+
+/* Fallback for the above: a RET of runtime.newproc1 (single-stepped: ~25 us a creation).
+ * RAX=newg; on g0, the parent is m.curg. */
+int gmpmon_newproc1_ret(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_GOCREATE);
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    u64 m = gm_m(ctx);
+    u64 parent = gm_goid(rd64(m + M_CURG));
+    gm_mark_runnable(goid, now);
+    gm_emit(GM_GO_CREATE, gm_pid(rd64(m + M_P)), gm_tid(), goid, parent, 0);
+    return 0;
+}
+
+/* runtime.goexit0(gp *g) (<=1.21) or runtime.gdestroy(gp *g) (1.22+). On g0, RAX=gp
+ * (still _Grunning). */
+int gmpmon_goexit(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_GOEXIT);
+    u64 goid = gm_goid(ctx->ax);
+    runnable_at.delete(&goid);
+    parked_at.delete(&goid);
+    gm_emit(GM_GO_EXIT, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 0, 0);
+    return 0;
+}
+
+/* runtime.entersyscall(), nosplit, on the user g (R14). m.p is still set at entry (<=1.25
+ * reentersyscall clears it; 1.26+ keeps it attached). */
+int gmpmon_sysenter(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_SYSENTER);
+    u64 goid = gm_goid(ctx->r14);
+    s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
+    if (pid >= 0)
+        sys_g.update(&pid, &goid);
+    gm_emit(GM_SYSCALL_ENTER, pid, gm_tid(), goid, 0, 0);
+    return 0;
+}
+
+/* runtime.exitsyscall(), nosplit, on the user g (R14). m.p: the P still held (1.26+ keeps
+ * it unless it was taken; <=1.25 it is 0 during the syscall: NO_P). */
+int gmpmon_sysexit(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_SYSEXIT);
+    u64 goid = gm_goid(ctx->r14);
+    gm_emit(GM_SYSCALL_EXIT, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 0, 0);
+    return 0;
+}
+
+/* runtime.goschedImpl(gp *g, preempted bool) (1.22+), on g0: RAX=gp, BL=1 for a preemption
+ * (asyncPreempt2 / newstack via gopreempt_m), 0 for runtime.Gosched. The G becomes runnable. */
+int gmpmon_gosched(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_GOSCHED);
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    gm_mark_runnable(goid, now);
+    gm_emit(GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, ctx->bx & 0xff, 0);
+    return 0;
+}
+
+/* runqsteal(pp, p2 *p, stealRunNextG bool) *g, entry, on g0: RAX=thief P, RBX=victim P.
+ * Remembered per M until the runqgrab result site below. */
+int gmpmon_steal_try(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_STEAL_TRY);
+    u32 tid = gm_tid();
+    struct gm_steal s = {.thief = gm_pid(ctx->ax), .victim = gm_pid(ctx->bx)};
+    steal_try.update(&tid, &s);
+    return 0;
+}
+
+/* Inside runqsteal, the first emulated instruction after `CALL runtime.runqgrab` that still
+ * sees its result (BinaryInfo call_results): EAX = n goroutines grabbed from the victim
+ * (0 = failed attempt). Only successful steals become events; attempts are counted. */
+int gmpmon_steal_got(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_STEAL_GOT);
+    u32 tid = gm_tid();
+    struct gm_steal *s = steal_try.lookup(&tid);
+    if (!s)
+        return 0;
+    s32 thief = s->thief, victim = s->victim;
+    steal_try.delete(&tid);
+    u32 n = (u32)ctx->ax;
+    u32 key = ((u32)(thief & 0xffff) << 16) | (u32)(victim & 0xffff);
+    gm_count(GM_C_STEAL_ATTEMPT, NO_P, key, 1);
+    if (n) {
+        gm_count(GM_C_STEAL_OK, NO_P, key, 1);
+        gm_count(GM_C_STEAL_GS, NO_P, key, n);
+        gm_emit(GM_STEAL, thief, tid, 0, (u64)(s64)victim, n);
+    }
+    return 0;
+}
+
+/* ---- cold probes (every mode) -------------------------------------------------------- */
+
+/* runtime.handoffp(pp *p), on sysmon's M (retake) or g0: RAX=P, already taken from its M. */
+int gmpmon_handoffp(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_HANDOFFP);
+    s32 pid = gm_pid(ctx->ax);
+    u64 goid = 0;
+    u64 *g = sys_g.lookup(&pid);
+    if (g)
+        goid = *g;
+    gm_emit(GM_HANDOFF, pid, gm_tid(), goid, 0, 0);
+    return 0;
+}
+
+/* runtime.entersyscallblock(), nosplit, user g: a syscall known to block; the P is handed off
+ * at once. */
+int gmpmon_sysenterblk(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_SYSENTERBLK);
+    u64 goid = gm_goid(ctx->r14);
+    s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
+    if (pid >= 0)
+        sys_g.update(&pid, &goid);
+    gm_emit(GM_SYSCALL_ENTER, pid, gm_tid(), goid, 1, 0);
+    return 0;
+}
+
+/* runtime.preemptone(pp *p) bool, from sysmon's retake or the GC: RAX=P whose m.curg is asked
+ * to stop (gp.preempt=true, SIGURG). */
+int gmpmon_preemptone(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_PREEMPTONE);
+    u64 pp = ctx->ax;
+    u64 goid = gm_goid(rd64(rd64(pp + P_M) + M_CURG));
+    gm_emit(GM_PREEMPT_REQ, gm_pid(pp), gm_tid(), goid, 0, 0);
+    return 0;
+}
+
+/* runtime.gopreempt_m(gp *g) (<=1.21 only; inlined away in 1.26+), on g0: RAX=gp. Always a
+ * preemption (Gosched goes through gosched_m instead). */
+int gmpmon_gopreempt(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_GOSCHED);
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    gm_mark_runnable(goid, now);
+    gm_emit(GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 1, 0);
+    return 0;
+}
+
+/* runtime.stopTheWorldWithSema: 1.19 `()`, 1.21+ `(reason stwReason)` with AL=reason. On g0. */
+int gmpmon_stw_stop(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_STW);
+    int zero = 0;
+    u32 reason = 0;
+#if STW_HAS_REASON
+    reason = ctx->ax & 0xff;
+#endif
+    struct gm_stamp s = {.ts = bpf_ktime_get_ns(), .gen = 0, .reason = reason};
+    stw_at.update(&zero, &s);
+    gm_emit(GM_STW_START, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), 0, reason, 0);
+    return 0;
+}
+
+/* runtime.startTheWorldWithSema (its arguments changed in every version; the reason is taken
+ * from the matching stop). a1 = pause measured in the kernel, stop entry -> start entry. */
+int gmpmon_stw_start(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_STW);
+    int zero = 0;
+    u64 now = bpf_ktime_get_ns();
+    u32 reason = 0;
+    u64 pause = 0;
+    struct gm_stamp *s = stw_at.lookup(&zero);
+    if (s && s->ts && now >= s->ts) {
+        reason = s->reason;
+        pause = now - s->ts;
+        s->ts = 0;
+    }
+    gm_emit(GM_STW_END, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), 0, reason, pause);
+    return 0;
+}
+
+/* sync.(*Mutex).lockSlow (1.19–1.23) / internal/sync.(*Mutex).lockSlow (1.24+), entry, on the
+ * user g: RAX = the *sync.Mutex (sync.Mutex{mu isync.Mutex} puts mu at offset 0). Only
+ * entered when the fast-path CAS failed: the lock is contended. The user stack is walked
+ * through the frame pointers; at an entry probe it lacks the direct caller (Lock is inlined
+ * into it), which is the return address at [RSP]: kept beside the stack id. */
+int gmpmon_lock_enter(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    gm_hit(PROBE_LOCK);
+    u64 goid = gm_goid(ctx->r14);
+    int sid = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    u64 caller = rd64(ctx->sp);
+    struct gm_lock l = {
+        .ts = bpf_ktime_get_ns(),
+        .addr = ctx->ax,
+        .stack = (caller << 16) | (u64)(sid >= 0 ? (sid & 0xffff) : 0xffff),
+    };
+    lock_at.update(&goid, &l);
+    return 0;
+}
+
+/* A RET of lockSlow (single-stepped, ~25 us: acceptable, only contended locks get here).
+ * R14 = the same G, possibly on another M. */
+int gmpmon_lock_exit(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    u64 goid = gm_goid(ctx->r14);
+    struct gm_lock *l = lock_at.lookup(&goid);
+    if (!l)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    u64 wait = now >= l->ts ? now - l->ts : 0;
+    u64 addr = l->addr, stack = l->stack;
+    lock_at.delete(&goid);
+    s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
+    u32 tid = gm_tid();
+    gm_emit(GM_MUTEX_ADDR, pid, tid, goid, addr, GM_LOCK_MUTEX);
+    gm_emit(GM_MUTEX, pid, tid, goid, wait, stack);
+    return 0;
+}
