@@ -49,7 +49,7 @@ type job struct {
 func worker(jobs <-chan job, book *ledger, hold time.Duration) {
 	for j := range jobs {
 		v := gate.Burn(j.cost)
-		if j.id%4 == 0 {
+		if j.id%2 == 0 {
 			book.record(j.id, v, hold)
 		}
 	}
@@ -77,6 +77,14 @@ func producer(jobs chan<- job, rate int, burstEvery time.Duration, burstSize int
 			}
 			wg.Wait()
 		}
+	}
+}
+
+// auditor also wants the ledger every period: with the workers it keeps the lock contended.
+func auditor(book *ledger, period, hold time.Duration) {
+	for i := 0; ; i++ {
+		time.Sleep(period)
+		book.record(i, 1, hold)
 	}
 }
 
@@ -162,7 +170,7 @@ func main() {
 	rate := flag.Int("rate", 800, "jobs per second fed to the pool")
 	burstEvery := flag.Duration("burst-every", 3*time.Second, "interval between bursts")
 	burstSize := flag.Int("burst", 300, "goroutines per burst")
-	hold := flag.Duration("hold", 200*time.Microsecond, "how long main.(*ledger).record holds its lock")
+	hold := flag.Duration("hold", 250*time.Microsecond, "how long main.(*ledger).record holds its lock")
 	gcEvery := flag.Duration("gc-every", 2*time.Second, "interval between runtime.GC() calls")
 	noHTTP := flag.Bool("no-http", false, "skip the loopback HTTP client/server pair")
 	flag.Parse()
@@ -173,6 +181,8 @@ func main() {
 		go worker(jobs, book, *hold)
 	}
 	go producer(jobs, *rate, *burstEvery, *burstSize)
+	go auditor(book, 10*time.Millisecond, *hold)
+	go auditor(book, 10*time.Millisecond, *hold)
 	go sleeper(10 * time.Millisecond)
 	go sleeper(50 * time.Millisecond)
 	go syscaller()
