@@ -26,10 +26,12 @@ No wall clock is read here: the same batches give the same Snapshot, live or on 
 from __future__ import annotations
 
 import heapq
+import itertools
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from operator import itemgetter
+from typing import Any
 
 from gmpmon.events import (
     LAT_BUCKETS,
@@ -45,7 +47,6 @@ from gmpmon.model import hist as h
 from gmpmon.model.snapshot import (
     GoroutineView,
     GState,
-    LatencyStats,
     MutexStack,
     ParkReason,
     ProcView,
@@ -138,7 +139,7 @@ class _P:
         "times",
     )
 
-    def __init__(self, pid: int, ts: int) -> None:
+    def __init__(self, pid: int, ts: int, max_spans: int) -> None:
         self.id = pid
         self.state = P_UNKNOWN
         self.goid = 0
@@ -148,7 +149,7 @@ class _P:
         self.runq = 0
         self.times = [0] * 6  # ns per PState
         self.executes = 0
-        self.timeline: deque[tuple[int, int, int, int]] = deque()
+        self.timeline: deque[tuple[int, int, int, int]] = deque(maxlen=max_spans)
         self.lat = h.new_hist()  # event-derived
         self.lat_sum = 0
         self.lat_max = 0
@@ -157,6 +158,10 @@ class _P:
 
 
 Handler = Callable[[EventTuple], None]
+# (P id, start, end, PState value, goid) of every closed span, for exporters.
+SpanSink = Callable[[int, int, int, int, int], None]
+_PSTATES = tuple(PState)
+_GSTATES = tuple(GState)
 
 
 class Model:
@@ -171,12 +176,19 @@ class Model:
         max_goroutines: int = 100_000,
         goroutine_view: int = 500,
         recent_dead: int = 100,
+        max_spans: int = 20_000,
+        snapshot_spans: int = 2_000,
+        on_span: SpanSink | None = None,
     ) -> None:
         self.header = header
         self.window_ns = window_ns
         self.reorder_ns = reorder_ns
         self.max_goroutines = max_goroutines
         self.goroutine_view = goroutine_view
+        self.max_spans = max_spans
+        self.snapshot_spans = snapshot_spans
+        # Exporters that need every span (perfetto) get each closed span here.
+        self.on_span = on_span
         self.stacks: dict[int, tuple[str, ...]] = {}
         self._pending: list[EventTuple] = []
         self._applied_ts = -1  # newest ts applied
@@ -213,9 +225,8 @@ class Model:
         self._lat_sum = 0
         self._lat_max = 0
         self._lat_counter = h.new_hist()
-        self._lat_by_wake: dict[int, list[int]] = {}
-        self._lat_by_wake_max: dict[int, int] = {}
-        self._lat_by_wake_sum: dict[int, int] = {}
+        # key = wake << 20 | (P + 1) (see _wake_key): [max, sum, histogram]
+        self._lat_by_wake: dict[int, list[Any]] = {}
 
         # Parks per wait-reason index: events and COUNTERs.
         self._park_count_ev: dict[int, int] = {}
@@ -281,7 +292,7 @@ class Model:
         self._handlers = handlers
 
         for pid in range(max(header.gomaxprocs, 0)):
-            self._procs[pid] = _P(pid, 0)
+            self._procs[pid] = _P(pid, 0, max_spans)
 
     # ------------------------------------------------------------------ input
 
@@ -337,7 +348,7 @@ class Model:
     def _proc(self, pid: int, ts: int) -> _P:
         pp = self._procs.get(pid)
         if pp is None:
-            pp = self._procs[pid] = _P(pid, ts)
+            pp = self._procs[pid] = _P(pid, ts, self.max_spans)
             if self._stw_start >= 0:
                 pp.state = P_GCSTOP
         return pp
@@ -376,6 +387,8 @@ class Model:
                 pp.times[old] += ts - start
             tl = pp.timeline
             tl.append((start, ts, old, pp.goid))
+            if self.on_span is not None:
+                self.on_span(pp.id, start, ts, old, pp.goid)
             cutoff = ts - self.window_ns
             while tl[0][1] < cutoff:
                 tl.popleft()
@@ -422,16 +435,14 @@ class Model:
             self._lat_sum += lat
             if lat > self._lat_max:
                 self._lat_max = lat
-            wk = gg.wake
-            wh = self._lat_by_wake.get(wk)
-            if wh is None:
-                wh = self._lat_by_wake[wk] = h.new_hist()
-                self._lat_by_wake_max[wk] = 0
-                self._lat_by_wake_sum[wk] = 0
-            wh[b] += 1
-            self._lat_by_wake_sum[wk] += lat
-            if lat > self._lat_by_wake_max[wk]:
-                self._lat_by_wake_max[wk] = lat
+            wk = (gg.wake << 20) | (p + 1 if p >= 0 else 0)
+            row = self._lat_by_wake.get(wk)
+            if row is None:
+                row = self._lat_by_wake[wk] = [0, 0, h.new_hist()]
+            row[2][b] += 1
+            row[1] += lat
+            if lat > row[0]:
+                row[0] = lat
             if pp is not None:
                 pp.lat[b] += 1
                 pp.lat_sum += lat
@@ -788,11 +799,14 @@ class Model:
         for pid in sorted(self._procs):
             pp = self._procs[pid]
             times = list(pp.times)
-            spans = [Span(s, t, PState(st), gid) for s, t, st, gid in pp.timeline if t >= cutoff]
+            tl = pp.timeline
+            keep = self.snapshot_spans - 1
+            last = list(itertools.islice(tl, max(0, len(tl) - keep), None)) if keep > 0 else []
+            spans = [Span(s, t, _PSTATES[st], gid) for s, t, st, gid in last if t >= cutoff]
             if pp.state != P_UNKNOWN and now > pp.since:
                 if pp.exact:
                     times[pp.state] += now - pp.since
-                spans.append(Span(pp.since, now, PState(pp.state), pp.goid))
+                spans.append(Span(pp.since, now, _PSTATES[pp.state], pp.goid))
             if lat_ctr:
                 lat = h.stats(pp.lat_counter)
             else:
@@ -800,7 +814,7 @@ class Model:
             procs.append(
                 ProcView(
                     id=pid,
-                    state=PState(pp.state),
+                    state=_PSTATES[pp.state],
                     goid=pp.goid,
                     m=pp.m,
                     runq=pp.runq,
@@ -821,13 +835,23 @@ class Model:
             sched_lat = h.stats(self._lat_counter)
         else:
             sched_lat = h.stats(self._lat, exact_max=self._lat_max, exact_sum=self._lat_sum)
-        by_reason: dict[str, LatencyStats] = {}
+        merged_lat: dict[str, list[Any]] = {}
+        by_reason_proc: dict[tuple[str, int], tuple[int, int]] = {}
         for wk in sorted(self._lat_by_wake):
-            by_reason[self.reason_name(wk)] = h.stats(
-                self._lat_by_wake[wk],
-                exact_max=self._lat_by_wake_max[wk],
-                exact_sum=self._lat_by_wake_sum[wk],
-            )
+            mx, total, hist = self._lat_by_wake[wk]
+            name = self.reason_name(wk >> 20)
+            by_reason_proc[(name, (wk & 0xFFFFF) - 1)] = (sum(hist), total)
+            row = merged_lat.get(name)
+            if row is None:
+                merged_lat[name] = [mx, total, list(hist)]
+            else:
+                row[0] = max(row[0], mx)
+                row[1] += total
+                row[2] = [x + y for x, y in zip(row[2], hist, strict=True)]
+        by_reason = {
+            name: h.stats(hist, exact_max=mx, exact_sum=total)
+            for name, (mx, total, hist) in sorted(merged_lat.items())
+        }
 
         pcount = self._park_count_ctr if Counter.PARK_COUNT in seen else self._park_count_ev
         pwait = self._park_wait_ctr if Counter.PARK_WAIT_NS in seen else self._park_wait_ev
@@ -853,7 +877,7 @@ class Model:
         counts: dict[str, int] = {}
         for gg in self._gs.values():
             st = gg.state if gg.epoch == epoch else G_UNKNOWN
-            name = GState(st).name.lower()
+            name = _GSTATES[st].name.lower()
             counts[name] = counts.get(name, 0) + 1
         recent = heapq.nlargest(self.goroutine_view, self._gs.values(), key=_since_goid)
         gviews = [self._gview(gg) for gg in recent]
@@ -911,6 +935,7 @@ class Model:
             g_state_counts=dict(sorted(counts.items())),
             sched_latency=sched_lat,
             latency_by_reason=by_reason,
+            latency_by_reason_proc=by_reason_proc,
             park_reasons=parks,
             steals=steals,
             syscalls=self.syscalls,
@@ -958,7 +983,7 @@ class Model:
         st = gg.state if gg.epoch == self._epoch or gg.state == G_DEAD else G_UNKNOWN
         return GoroutineView(
             goid=gg.goid,
-            state=GState(st),
+            state=_GSTATES[st],
             p=gg.p,
             wait_reason=self.reason_name(gg.reason) if gg.reason >= 0 else "",
             since=gg.since,

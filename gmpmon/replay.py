@@ -1,0 +1,202 @@
+"""Replay: a recording fed through the same Model as a live run.
+
+:func:`replay_all` runs a whole recording (the summary of a replay equals the live run's,
+because the same batches go through the same deterministic model). :class:`ReplaySource`
+is the seekable SnapshotSource the TUI is handed: it plays the recording back against a
+clock, pauses, steps and seeks. Going back re-feeds the model from the start (the model takes
+~1M events/s, so a few seconds of a busy recording re-feed in well under a second).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from operator import itemgetter
+
+from gmpmon.events import Batch, EventTuple, Header
+from gmpmon.model import Model
+from gmpmon.model.snapshot import Snapshot
+from gmpmon.record import FrameInfo, Recording, read_recording
+
+_TS = itemgetter(0)
+
+
+def replay_all(
+    rec: Recording,
+    *,
+    model: Model | None = None,
+    on_batch: Callable[[Batch], None] | None = None,
+) -> Snapshot:
+    """Feed every good batch of ``rec`` through a model; the final Snapshot."""
+    model = model or Model(rec.header)
+    for batch in rec:
+        if on_batch is not None:
+            on_batch(batch)
+        model.feed(batch)
+    model.flush()
+    return model.snapshot()
+
+
+def stop_note(rec: Recording) -> str | None:
+    """One line saying where and why a damaged recording stopped (None when it did not)."""
+    if rec.error is None:
+        return None
+    return (
+        f"{rec.path}: {rec.error}; replayed the {rec.batches_read} good batches before it "
+        f"(stopped at byte {rec.stopped_at})"
+    )
+
+
+class ReplaySource:
+    """SnapshotSource + SeekControl over a recording file."""
+
+    live = False
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        speed: float = 1.0,
+        paused: bool = False,
+        tick_s: float = 0.1,
+        autostart: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.recording = read_recording(path)
+        self.header: Header = self.recording.header
+        self.speed = speed
+        self.tick_s = tick_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        frames = [info for info, _ in self.recording.frames()]
+        self.error = stop_note(self.recording)
+        self._frames = frames
+        if frames:
+            self._start = min(f.first_ts for f in frames if f.n_events) if any(
+                f.n_events for f in frames
+            ) else self.header.start_ns
+            self._end = max(f.last_ts for f in frames)
+        else:
+            self._start = self._end = self.header.start_ns
+        self._end = max(self._end, self._start)
+        self._paused = paused
+        self._closed = False
+        self._model = Model(self.header)
+        self._frames_iter: Iterator[tuple[FrameInfo, Batch]] = iter(())
+        self._carry: list[EventTuple] = []
+        self._pos = self._start
+        self._at_end = False
+        self._latest: Snapshot | None = None
+        self._last_wall = clock()
+        with self._lock:
+            self._reset()
+            self._advance(self._start)
+        self._thread: threading.Thread | None = None
+        if autostart:
+            self._thread = threading.Thread(target=self._run, name="gmpmon-replay", daemon=True)
+            self._thread.start()
+
+    # --- SnapshotSource ------------------------------------------------------------------
+
+    def latest(self) -> Snapshot | None:
+        return self._latest
+
+    def close(self) -> None:
+        self._closed = True
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=2)
+
+    def status(self) -> str:
+        start, pos, end = self.position()
+        where = f"{(pos - start) / 1e9:.1f}/{(end - start) / 1e9:.1f}s"
+        if self._at_end:
+            state = "end of recording" if self.error is None else "end of good batches"
+        elif self._paused:
+            state = "paused"
+        else:
+            state = f"playing x{self.speed:g}"
+        return f"replay {where} {state}"
+
+    # --- SeekControl ---------------------------------------------------------------------
+
+    def paused(self) -> bool:
+        return self._paused
+
+    def set_paused(self, paused: bool) -> None:
+        self._paused = paused
+        self._last_wall = self._clock()
+
+    def step(self, delta_ns: int) -> None:
+        with self._lock:
+            self._paused = True
+            self._goto(self._pos + delta_ns)
+
+    def seek(self, fraction: float) -> None:
+        fraction = min(max(fraction, 0.0), 1.0)
+        with self._lock:
+            self._goto(self._start + int((self._end - self._start) * fraction))
+
+    def position(self) -> tuple[int, int, int]:
+        return (self._start, self._pos, self._end)
+
+    # --- playback ------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Advance by the wall time since the last tick (x speed) unless paused."""
+        now = self._clock()
+        wall, self._last_wall = now - self._last_wall, now
+        if self._paused or self._at_end:
+            return
+        with self._lock:
+            self._goto(self._pos + int(wall * self.speed * 1e9))
+
+    def _run(self) -> None:
+        while not self._closed:
+            time.sleep(self.tick_s)
+            self.tick()
+
+    def _goto(self, target: int) -> None:
+        target = min(max(target, self._start), self._end)
+        if target < self._pos:
+            self._reset()
+        self._advance(target)
+
+    def _reset(self) -> None:
+        self._model = Model(self.header)
+        self._frames_iter = self.recording.frames()
+        self._carry = []
+        self._pos = self._start
+        self._at_end = False
+
+    def _advance(self, target: int) -> None:
+        model = self._model
+        carry = self._carry
+        if carry:
+            cut = bisect_right(carry, target, key=_TS)
+            if cut:
+                model.feed(Batch(carry[:cut]))
+                carry = carry[cut:]
+        while not carry:
+            nxt = next(self._frames_iter, None)
+            if nxt is None:
+                break
+            info, batch = nxt
+            if batch.stacks:
+                model.feed(Batch([], batch.stacks))
+            ev = batch.events
+            if info.last_ts <= target:
+                model.feed(Batch(ev))
+                continue
+            cut = bisect_right(ev, target, key=_TS)
+            if cut:
+                model.feed(Batch(ev[:cut]))
+            carry = ev[cut:]
+        self._carry = carry
+        self._pos = target
+        if not carry and target >= self._end:
+            model.flush()
+            self._at_end = True
+        self._latest = model.snapshot()
