@@ -7,18 +7,18 @@ import inspect
 
 import pytest
 
-from tests.tui.handbuilt import HEADER, snapshot
+from tests.tui.scenario import HEADER, snapshots
 from tests.tui.sources import ListSource, SeekListSource
 
 
 @pytest.fixture
 def live_source() -> ListSource:
-    return ListSource(HEADER, [snapshot(i) for i in range(6)])
+    return ListSource(HEADER, snapshots(6))
 
 
 @pytest.fixture
 def replay_source() -> SeekListSource:
-    return SeekListSource(HEADER, [snapshot(i) for i in range(11)])
+    return SeekListSource(HEADER, snapshots(11))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -38,7 +38,7 @@ class ProcTable(Widget):
             return Text("waiting for the first events…", style="dim")
         width = self.size.width
         wide = width >= WIDE
-        fixed = 3 + 1 + 8 + 1 + 8 + 1 + 4 + 1 + RUNQ_BAR + 1 + 11 + 1
+        fixed = 3 + 1 + 8 + 1 + 8 + 1 + 4 + 1 + RUNQ_BAR + 1 + 12 + 1
         if wide:
             fixed += 8 + 1 + 5 + 1
         tl_w = max(width - fixed, 0)
@@ -48,7 +48,7 @@ class ProcTable(Widget):
 
         head = Text(style="bold dim", no_wrap=True)
         head.append(f"{'P':>3} {'state':<8} {'G':>8} {'runq':>4} {'':<{RUNQ_BAR}} ")
-        head.append(f"{'steal in/out':>11} ")
+        head.append("steal in/out ")
         if wide:
             head.append(f"{'M':>8} {'busy':>5} ")
         if tl_w >= 12:
@@ -65,7 +65,7 @@ class ProcTable(Widget):
             row.append(f"{p.runq:>4} ")
             row.append(bar(p.runq, runq_full, RUNQ_BAR), style="#58a6ff")
             row.append(" ")
-            row.append(f"{fmt_count(p.steals_in):>5}/{fmt_count(p.steals_out):<5} ")
+            row.append(f"{fmt_count(p.steals_in):>6}/{fmt_count(p.steals_out):<5} ")
             if wide:
                 total = p.running_ns + p.idle_ns + p.spinning_ns + p.syscall_ns + p.gcstop_ns
                 busy = f"{100 * p.running_ns / total:.0f}%" if total else "-"

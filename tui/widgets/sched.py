@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from rich import box
 from rich.console import Group
 from rich.table import Table
@@ -83,23 +85,26 @@ def steal_panel(snap: Snapshot) -> Group:
 
 def counters_table(snap: Snapshot) -> Table:
     secs = max(snap.now - snap.start, 1) / NS_PER_S
-    t = _table("event", "count", "/s")
+    t = Table(box=None, pad_edge=False, padding=(0, 1), show_header=False, show_edge=False)
+    justify: Literal["left", "right"]
+    for justify in ("left", "right", "right", "left", "right", "right"):
+        t.add_column(justify=justify, no_wrap=True)
+    t.add_row("", Text("count", style="bold dim"), Text("/s", style="bold dim"),
+              "", Text("count", style="bold dim"), Text("/s", style="bold dim"))
     rows = [
-        ("preemptions requested", snap.preempt_requested),
-        ("preempted", snap.preempted),
-        ("syscalls", snap.syscalls),
-        ("  blocking", snap.syscalls_blocking),
-        ("P hand-offs", snap.handoffs),
-        ("stop-the-world", snap.stw_count),
-        ("goroutines created", snap.goroutines_created),
-        ("goroutines exited", snap.goroutines_exited),
+        ("preempt requests", snap.preempt_requested, "syscalls", snap.syscalls),
+        ("preempted", snap.preempted, "  blocking", snap.syscalls_blocking),
+        ("Gosched", snap.gosched, "P hand-offs", snap.handoffs),
+        ("Gs created", snap.goroutines_created, "stop-the-world", snap.stw_count),
+        ("Gs exited", snap.goroutines_exited, "", None),
     ]
-    for name, n in rows:
-        t.add_row(name, fmt_count(n), fmt_count(n / secs))
-    t.add_row("STW total / max", fmt_ns(snap.stw_total_ns), fmt_ns(snap.stw_max_ns))
+    for n1, v1, n2, v2 in rows:
+        right = (n2, fmt_count(v2), fmt_count(v2 / secs)) if v2 is not None else ("", "", "")
+        t.add_row(n1, fmt_count(v1), fmt_count(v1 / secs), *right)
+    t.add_row("", "", "", "STW total/max", fmt_ns(snap.stw_total_ns), fmt_ns(snap.stw_max_ns))
     if snap.illegal_transitions:
         t.add_row(Text("illegal transitions", style="#f85149"),
-                  fmt_count(snap.illegal_transitions), "")
+                  fmt_count(snap.illegal_transitions), "", "", "", "")
     return t
 
 
@@ -109,10 +114,10 @@ class SchedView(VerticalScroll):
     def compose(self) -> ComposeResult:
         with Grid(id="sched-grid"):
             yield Static(id="sched-latency", classes="panel")
-            yield Static(id="sched-counters", classes="panel")
-            yield Static(id="sched-perp", classes="panel")
             yield Static(id="sched-parks", classes="panel")
+            yield Static(id="sched-perp", classes="panel")
             yield Static(id="sched-steals", classes="panel")
+            yield Static(id="sched-counters", classes="panel")
 
     def on_mount(self) -> None:
         titles = {
