@@ -88,10 +88,14 @@ class LiveSession:
         period_ms: int = 1000,
         record: str | None = None,
         gomaxprocs: int | None = None,
+        before_exec: bool = False,
     ) -> None:
         self.info = info
         self.pid = pid
-        self.capture = Capture(info, pid, mode=mode, window_ms=window_ms, period_ms=period_ms)
+        self.capture = Capture(
+            info, pid, mode=mode, window_ms=window_ms, period_ms=period_ms,
+            defer_sampler=before_exec,
+        )
         self.header = make_header(
             info, pid, self.capture, gomaxprocs or read_gomaxprocs(info, pid)
         )

@@ -20,8 +20,8 @@ from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.sampler import Sampler
-from gmpmon.events import Batch, Counter, EventTuple, Kind
 from gmpmon.errors import CaptureError
+from gmpmon.events import Batch, Counter, EventTuple, Kind
 
 MODES = ("sample", "default", "full")
 POLL_S = 0.010
@@ -55,6 +55,7 @@ class Capture:
         window_ms: int = 200,
         period_ms: int = 1000,
         stop_on_exit: bool = True,
+        defer_sampler: bool = False,
     ) -> None:
         if mode not in MODES:
             raise CaptureError(f"unknown mode {mode!r}")
@@ -64,6 +65,7 @@ class Capture:
         self.window_ns = window_ms * 1_000_000
         self.period_ns = period_ms * 1_000_000
         self.stop_on_exit = stop_on_exit
+        self.defer_sampler = defer_sampler  # `run`: the target has not exec'd yet
         self.plan: ProbePlan = plan_probes(info)
         self.stats = CaptureStats()
         self.prog: BpfProgram | None = None
@@ -90,6 +92,8 @@ class Capture:
 
     def prepare(self) -> None:
         """Compile and attach the always-on probes (and all of them in full mode)."""
+        if self.prog is not None:
+            return
         self.prog = BpfProgram(self.info, self.pid)
         self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
         try:
@@ -100,11 +104,18 @@ class Capture:
         except BaseException:
             self.close()
             raise
-        if self.mode != "full":
-            try:
-                self.sampler = Sampler(self.info, self.pid)
-            except (ValueError, KeyError, OSError) as e:
-                self.sampler_error = str(e)
+        if not self.defer_sampler:
+            self.start_sampler()
+
+    def start_sampler(self) -> None:
+        """Open the target's memory (sample and default modes). For `run`, only after exec:
+        /proc/PID/mem opened earlier keeps pointing at the pre-exec address space."""
+        if self.mode == "full" or self.sampler is not None:
+            return
+        try:
+            self.sampler = Sampler(self.info, self.pid)
+        except (ValueError, KeyError, OSError) as e:
+            self.sampler_error = str(e)
 
     def start(self) -> None:
         if self.prog is None:
@@ -258,10 +269,7 @@ class Capture:
         if not pend:
             return
         pend.sort(key=_ts)
-        if watermark is None:
-            cut = len(pend)
-        else:
-            cut = _bisect_ts(pend, watermark)
+        cut = len(pend) if watermark is None else _bisect_ts(pend, watermark)
         if not cut:
             return
         out = pend[:cut]

@@ -16,7 +16,7 @@ import struct
 import time
 
 from gmpmon.binary.info import BinaryInfo
-from gmpmon.events import Kind, EventTuple
+from gmpmon.events import EventTuple, Kind
 
 _Q = struct.Struct("<Q")
 _I = struct.Struct("<I")
@@ -84,7 +84,8 @@ class Sampler:
             pid = _i.unpack_from(b, self.p_id)[0]
             status = _I.unpack_from(b, self.p_status)[0]
             tick = _I.unpack_from(b, self.p_tick)[0]
-            runq = (_I.unpack_from(b, self.p_tail)[0] - _I.unpack_from(b, self.p_head)[0]) & 0xFFFFFFFF
+            head, tail = _I.unpack_from(b, self.p_head)[0], _I.unpack_from(b, self.p_tail)[0]
+            runq = (tail - head) & 0xFFFFFFFF
             if runq > 256:
                 runq = 0  # read mid-update
             runq += 1 if _Q.unpack_from(b, self.p_next)[0] else 0

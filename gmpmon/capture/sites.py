@@ -61,7 +61,8 @@ def _insns(text: BinaryText, start: int, size: int) -> list[tuple[int, str, str,
     import capstone
 
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-    return [(i.address, i.mnemonic, i.op_str, i.size) for i in md.disasm(text.read(start, size), start)]
+    code = text.read(start, size)
+    return [(i.address, i.mnemonic, i.op_str, i.size) for i in md.disasm(code, start)]
 
 
 def entry_site(text: BinaryText, start: int, size: int) -> int:

@@ -1,17 +1,153 @@
-"""`gmpmon run` (placeholder until its issue lands: exits 1 with a clear line)."""
+"""`gmpmon run [options] -- CMD ARGS...`: start a Go program with the probes already in place.
+
+Uprobes belong to the binary's inode, so they can be attached (pid=-1, the BPF programs
+filter on the child's TGID) before the program exists: fork, the child waits on a pipe
+until the parent has attached, then execs. Nothing of the program runs unobserved, however
+short-lived it is. gmpmon exits with the program's exit code (128+N if killed by signal N).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import shutil
+import signal
+import threading
 from typing import Any
 
-from gmpmon.errors import GmpmonError
+from gmpmon.commands.attach import (
+    add_capture_options,
+    check_capture_args,
+    finish_outputs,
+    stop_signals,
+    watch,
+)
+from gmpmon.errors import TargetError, UsageError
+from gmpmon.session import LiveSession
+
+EXAMPLES = """\
+examples:
+  sudo gmpmon run -- ./server -port 8080
+  sudo gmpmon run --mode full --no-tui --summary-json s.json -- ./batchjob -n 100
+"""
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("run", help="run (not implemented yet)")
+    p = sub.add_parser(
+        "run",
+        help="start a Go program with probes in place",
+        description="Start a Go program with gmpmon's probes attached before its first "
+        "goroutine runs; exit with its exit code.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_capture_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
     p.set_defaults(func=run)
 
 
+def _gomaxprocs_for_child() -> int:
+    env = os.environ.get("GOMAXPROCS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0))
+
+
+def spawn_stopped(argv: list[str]) -> tuple[int, int, int]:
+    """Fork a child that execs ``argv`` once released. Returns (pid, go_fd, exec_fd):
+    write a byte to go_fd to release it; exec_fd reads EOF once the exec succeeded, or the
+    errno text if it failed (close-on-exec status pipe)."""
+    go_r, go_w = os.pipe()
+    st_r, st_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(go_w)
+            os.close(st_r)
+            if os.read(go_r, 1) != b"x":
+                os._exit(127)
+            os.close(go_r)
+            os.execv(argv[0], argv)
+        except OSError as e:
+            os.write(st_w, (e.strerror or str(e)).encode())
+        finally:
+            os._exit(127)
+    os.close(go_r)
+    os.close(st_w)
+    return pid, go_w, st_r
+
+
 def run(args: argparse.Namespace) -> int:
-    raise GmpmonError("'run' is not implemented yet")
+    check_capture_args(args)
+    cmd: list[str] = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("nothing to run: gmpmon run [options] -- CMD ARGS...")
+    exe = shutil.which(cmd[0])
+    if exe is None:
+        raise TargetError(f"{cmd[0]}: command not found")
+    exe = os.path.abspath(exe)
+    from gmpmon.binary import load
+
+    info = load(exe)
+    pid, go_fd, exec_fd = spawn_stopped([exe, *cmd[1:]])
+    released = False
+    try:
+        session = LiveSession(
+            info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
+            record=args.record, gomaxprocs=_gomaxprocs_for_child(), before_exec=True,
+        )
+        with stop_signals() as stop:
+            try:
+                session.start()
+                os.write(go_fd, b"x")
+                released = True
+                os.close(go_fd)
+                err = os.read(exec_fd, 4096)
+                if err:
+                    raise TargetError(f"{cmd[0]}: {err.decode(errors='replace')}")
+                session.capture.start_sampler()
+                forward = _Forwarder(pid, stop)
+                forward.start()
+                try:
+                    watch(session, args, forward.second)
+                finally:
+                    forward.done.set()
+            finally:
+                session.close()
+        finish_outputs(session, args)
+    finally:
+        if not released:
+            os.close(go_fd)  # the child reads EOF and exits 127
+        os.close(exec_fd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+class _Forwarder(threading.Thread):
+    """The first SIGINT/SIGTERM goes to the program (gmpmon keeps tracing until it exits);
+    a second one stops tracing at once."""
+
+    def __init__(self, pid: int, stop: threading.Event) -> None:
+        super().__init__(name="gmpmon-signals", daemon=True)
+        self.pid = pid
+        self.stop = stop
+        self.second = threading.Event()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            if self.stop.wait(0.1):
+                self.stop.clear()
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGTERM)
+                while not self.done.is_set():
+                    if self.stop.wait(0.1):
+                        self.second.set()
+                        return
+                return
+
+
