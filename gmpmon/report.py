@@ -183,23 +183,21 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
     elif snap.window == "sampled":
         add("  P state times are approximate (sampled)")
     add("")
-    add("Ps          running    search      idle   syscall   execs  stole  stolen  p99")
+    add("P    now        running  search    idle syscall   execs  stole stolen  lat p99")
     for p in snap.procs:
         tot = p.running_ns + p.spinning_ns + p.idle_ns + p.syscall_ns + p.gcstop_ns
         add(
-            f"P{p.id:<3} {PState(p.state).name[:4]:<4} {_pct(p.running_ns, tot):>8} "
-            f"{_pct(p.spinning_ns, tot):>9} {_pct(p.idle_ns, tot):>9} "
-            f"{_pct(p.syscall_ns, tot):>9} {p.executes:>7} {p.steals_in:>6} "
-            f"{p.steals_out:>7} {fmt_ns(p.latency.p99):>6}"[:WIDTH]
+            f"P{p.id:<3} {PState(p.state).name.lower():<9} {_pct(p.running_ns, tot):>7} "
+            f"{_pct(p.spinning_ns, tot):>7} {_pct(p.idle_ns, tot):>7} "
+            f"{_pct(p.syscall_ns, tot):>7} {p.executes:>7} {p.steals_in:>6} "
+            f"{p.steals_out:>6} {fmt_ns(p.latency.p99):>8}"
         )
     add("")
     ls = snap.sched_latency
+    add(f"Scheduling latency (runnable -> running): {ls.count} samples")
     add(
-        _fit(
-            f"Scheduling latency (runnable->running): {ls.count}, p50 {fmt_ns(ls.p50)} "
-            f"p90 {fmt_ns(ls.p90)} p99 {fmt_ns(ls.p99)} max {fmt_ns(ls.max)}",
-            WIDTH,
-        )
+        f"  p50 {fmt_ns(ls.p50)}  p90 {fmt_ns(ls.p90)}  p99 {fmt_ns(ls.p99)}  "
+        f"max {fmt_ns(ls.max)}  avg {fmt_ns(ls.sum / ls.count) if ls.count else '-'}"
     )
     lines.extend(latency_bars(ls))
     if snap.latency_by_reason:
@@ -276,18 +274,23 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
     letter (R running, S searching, I idle, Y syscall, G GC stop, ? unknown) and local runq.
     """
     t = (snap.now - snap.start) / 1e9
-    ps = " ".join(f"P{p.id}:{_LETTER[PState(p.state)]}{p.runq}" for p in snap.procs)
     steals = snap.steals.count - (prev.steals.count if prev else 0)
     parks = sum(r.count for r in snap.park_reasons) - (
         sum(r.count for r in prev.park_reasons) if prev else 0
     )
     lost = snap.events_lost - (prev.events_lost if prev else 0)
     lat99 = _interval_p99(snap.sched_latency, prev.sched_latency if prev else None)
-    tail = f" grq={snap.global_runq} steals={steals} parks={parks} lat99={lat99} lost={lost}"
     head = f"{t:7.1f}s "
+    tail = f" grq={snap.global_runq} steal={steals} park={parks} p99={lat99} lost={lost}"
     room = WIDTH - len(head) - len(tail)
+    cells = [f"{_LETTER[PState(p.state)]}{p.runq}" for p in snap.procs]
+    ps = " ".join(f"P{p.id}:{c}" for p, c in zip(snap.procs, cells, strict=True))
     if len(ps) > room:
-        ps = ps[: max(room - 3, 0)] + "..."
+        ps = "[" + " ".join(cells) + "]"
+    if len(ps) > room:
+        ps = "[" + "".join(_LETTER[PState(p.state)] for p in snap.procs) + "]"
+    if len(ps) > room:
+        ps = ps[: max(room - 4, 0)] + "...]"
     return head + ps + tail
 
 

@@ -1,17 +1,70 @@
-"""`gmpmon export` (placeholder until its issue lands: exits 1 with a clear line)."""
+"""`gmpmon export FILE --format F -o OUT`: a recording into the formats people already open."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from gmpmon.errors import GmpmonError
+from gmpmon.errors import UsageError
+from gmpmon.export import FORMATS
+from gmpmon.export.outfile import check_output_path
+
+EPILOG = """\
+formats:
+  folded    mutex-contention stacks "f1;f2;f3 N" (flamegraph.pl, inferno, speedscope);
+            --what latency: scheduling latency as sched_latency;<wake reason>;P<n>
+  pprof     gzipped profile.proto like Go's mutex profile (go tool pprof -top OUT)
+  perfetto  Chrome trace-event JSON, one track per P (ui.perfetto.dev)
+  json      the summary JSON (docs/summary-schema.md)
+
+examples:
+  gmpmon export s.gmp --format folded -o mutex.folded && flamegraph.pl mutex.folded > m.svg
+  gmpmon export s.gmp --format folded --what latency --weight count -o lat.folded
+  gmpmon export s.gmp --format pprof -o mutex.pb.gz && go tool pprof -top mutex.pb.gz
+  gmpmon export s.gmp --format perfetto -o trace.json
+"""
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("export", help="export (not implemented yet)")
+    p = sub.add_parser(
+        "export",
+        help="convert a recording to folded stacks, pprof, perfetto or summary JSON",
+        description="Convert a gmpmon recording (from --record) into another format.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", metavar="FILE", help="a recording written by --record")
+    p.add_argument("--format", "-f", required=True, choices=FORMATS)
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write (0600)")
+    p.add_argument(
+        "--weight",
+        choices=("wait", "count"),
+        default="wait",
+        help="folded: weight lines by wait ns (default) or by count",
+    )
+    p.add_argument(
+        "--what",
+        choices=("mutex", "latency"),
+        default="mutex",
+        help="folded: mutex-contention stacks (default) or scheduling latency",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise GmpmonError("'export' is not implemented yet")
+    from gmpmon.export.run import export_recording, make_exporter
+    from gmpmon.record import read_recording
+    from gmpmon.replay import stop_note
+
+    if args.format != "folded" and (args.what != "mutex" or args.weight != "wait"):
+        raise UsageError("--what and --weight apply to --format folded only")
+    check_output_path(args.output)
+    rec = read_recording(args.file)
+    exporter = make_exporter(args.format, rec.header, what=args.what, weight=args.weight)
+    export_recording(rec, exporter)
+    note = stop_note(rec)
+    if note:
+        print(f"gmpmon: {note}", file=sys.stderr)
+    exporter.write(args.output)
+    return 0

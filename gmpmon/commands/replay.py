@@ -1,17 +1,110 @@
-"""`gmpmon replay` (placeholder until its issue lands: exits 1 with a clear line)."""
+"""`gmpmon replay FILE`: a recording fed through the same model as the live run."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from typing import Any
 
-from gmpmon.errors import GmpmonError
+from gmpmon.errors import UsageError
+from gmpmon.export.outfile import check_output_path, open_private
+
+EPILOG = """\
+examples:
+  gmpmon replay s.gmp                          # browse in the TUI (pause, step, seek)
+  gmpmon replay s.gmp --no-tui                 # print the end-of-run report
+  gmpmon replay s.gmp --summary-json out.json  # the same JSON the live run wrote
+  gmpmon replay s.gmp --no-tui --interval 1    # schedtrace-like lines, 1 s of recording each
+"""
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("replay", help="replay (not implemented yet)")
+    p = sub.add_parser(
+        "replay",
+        help="replay a recording (TUI, report or summary JSON)",
+        description="Replay a recording made with --record through gmpmon's model.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", metavar="FILE", help="a recording written by --record")
+    p.add_argument("--summary-json", metavar="F", help="write the summary JSON to F (0600)")
+    p.add_argument("--no-tui", action="store_true", help="no TUI: print the text report")
+    p.add_argument("--report", action="store_true", help="print the text report")
+    p.add_argument(
+        "--interval",
+        type=float,
+        metavar="S",
+        help="without the TUI: print one schedtrace-like line per S seconds of recording",
+    )
+    p.add_argument("--speed", type=float, default=1.0, help="TUI playback speed (default 1)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise GmpmonError("'replay' is not implemented yet")
+    from gmpmon.record import read_recording
+    from gmpmon.replay import ReplaySource, stop_note
+
+    if args.summary_json:
+        check_output_path(args.summary_json)
+    if args.interval is not None and args.interval <= 0:
+        raise UsageError("--interval must be positive")
+    if args.speed <= 0:
+        raise UsageError("--speed must be positive")
+    headless = args.no_tui or args.summary_json or args.report or args.interval
+    if not headless and sys.stdout.isatty() and sys.stdin.isatty():
+        from gmpmon.tui.app import run_tui
+
+        src = ReplaySource(args.file, speed=args.speed)
+        try:
+            run_tui(src)
+        finally:
+            src.close()
+        if src.error:
+            print(f"gmpmon: {src.error}", file=sys.stderr)
+        return 0
+
+    rec = read_recording(args.file)
+    snap = _replay(rec, args.interval, sys.stdout.write)
+    note = stop_note(rec)
+    if note:
+        print(f"gmpmon: {note}", file=sys.stderr)
+    if args.summary_json:
+        from gmpmon.report import summary
+
+        with open_private(args.summary_json) as f:
+            f.write((json.dumps(summary(snap), indent=2) + "\n").encode())
+    if args.report or not args.summary_json:
+        from gmpmon.report import text_report
+
+        sys.stdout.write(text_report(snap))
+    return 0
+
+
+def _replay(rec: Any, interval: float | None, out: Any) -> Any:
+    from gmpmon.model import Model
+    from gmpmon.replay import replay_all
+
+    if not interval:
+        return replay_all(rec)
+    from gmpmon.events import Batch
+    from gmpmon.report import interval_line
+
+    model = Model(rec.header)
+    step = int(interval * 1e9)
+    next_at = -1
+    prev = None
+    for batch in rec:
+        model.feed(batch)
+        if not batch.events:
+            continue
+        if next_at < 0:
+            next_at = batch.events[0][0] + step
+        while batch.events[-1][0] >= next_at:
+            snap = model.snapshot()
+            out(interval_line(snap, prev) + "\n")
+            prev = snap
+            next_at += step
+    model.feed(Batch())
+    model.flush()
+    return model.snapshot()

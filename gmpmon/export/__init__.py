@@ -1,1 +1,12 @@
+"""Exporters: one module per output format, each the same small shape.
 
+Every exporter is built with the recording's Header and options, then sees the run:
+``add_batch(batch)`` for each event batch (in order), ``on_span(...)`` for each P span the
+model closes (only exporters that draw timelines use it), ``add(snapshot)`` once with the
+final Snapshot, and ``write(path)`` to produce the file (0600, never through a symlink).
+:func:`gmpmon.export.run.export_recording` drives them.
+"""
+
+from __future__ import annotations
+
+FORMATS = ("folded", "pprof", "perfetto", "json")

@@ -1,0 +1,33 @@
+"""The shared exporter shape (see gmpmon.export)."""
+
+from __future__ import annotations
+
+from gmpmon.events import Batch, Header
+from gmpmon.export.outfile import open_private
+from gmpmon.model.snapshot import Snapshot
+
+
+class Exporter:
+    """Base: ignores batches and spans; subclasses override what they use."""
+
+    wants_spans = False
+
+    def __init__(self, header: Header) -> None:
+        self.header = header
+
+    def add_batch(self, batch: Batch) -> None:
+        return None
+
+    def on_span(self, p: int, start: int, end: int, state: int, goid: int) -> None:
+        return None
+
+    def add(self, snapshot: Snapshot) -> None:
+        raise NotImplementedError
+
+    def render(self) -> bytes:
+        raise NotImplementedError
+
+    def write(self, path: str) -> None:
+        data = self.render()
+        with open_private(path) as f:
+            f.write(data)
