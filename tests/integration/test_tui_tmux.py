@@ -1,0 +1,125 @@
+"""End to end in a real terminal: tmux runs `gmpmon attach PID` on a live Go workload.
+
+What a user sees is checked on the captured pane: the Go version, one row per P, numbers that
+move; then `q` must end gmpmon quickly, leave the workload running and leave no uprobe behind
+(bpftool lists every perf-event attachment, ours are the ones on /proc/<target pid>/...).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.gotargets import build
+
+pytestmark = pytest.mark.bpf
+
+QUIT_BUDGET_S = 2.0
+COLS, ROWS = 100, 30
+P_ROW = re.compile(r"^ +(\d+) (running|spinning|idle|syscall|GC stop|\?) ")
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+
+
+def _pane(session: str) -> str:
+    return _tmux("capture-pane", "-p", "-t", session)
+
+
+def _wait_for(session: str, pred: object, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = _pane(session)
+        if pred(text):  # type: ignore[operator]
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"pane never matched within {timeout}s; last pane:\n{text}")
+
+
+def _our_uprobes(target_pid: int) -> list[str]:
+    out = subprocess.run(["bpftool", "perf"], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if "uprobe" in ln and f"/proc/{target_pid}/" in ln]
+
+
+@pytest.fixture
+def workload() -> Iterator[subprocess.Popen[bytes]]:
+    exe = build("demo", go="1.27")
+    proc = subprocess.Popen([str(exe)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # let the runtime start its Ps
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def tmux_session() -> Iterator[str]:
+    if shutil.which("tmux") is None or shutil.which("bpftool") is None:
+        pytest.skip("needs tmux and bpftool")
+    name = f"gmpmon-test-{uuid.uuid4().hex[:8]}"
+    yield name
+    subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def _p_rows(text: str) -> dict[int, str]:
+    rows = {}
+    for line in text.splitlines():
+        m = P_ROW.match(line)
+        if m:
+            rows[int(m.group(1))] = line
+    return rows
+
+
+def test_attach_tui_shows_every_p_and_quits_cleanly(
+    workload: subprocess.Popen[bytes], tmux_session: str
+) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    # Textual draws on the terminal through stderr: it must not be redirected.
+    cmd = (f"cd {repo} && {sys.executable} -m gmpmon attach {workload.pid}; "
+           f"echo GMPMON_EXIT=$?; sleep 600")
+    _tmux("new-session", "-d", "-s", tmux_session, "-x", str(COLS), "-y", str(ROWS), cmd)
+
+    first = _wait_for(tmux_session, lambda t: "GOMAXPROCS" in t and _p_rows(t), 30)
+    m = re.search(r"GOMAXPROCS (\d+)", first)
+    assert m, first
+    nprocs = int(m.group(1))
+    assert nprocs >= 1
+    assert re.search(r"\bgo1\.27(\.\d+)?\b", first), first
+    assert f"pid {workload.pid}" in first
+
+    # Every P gets a row, and what is shown moves (uptime, rates, P states, timeline).
+    def settled(t: str) -> bool:
+        return len(_p_rows(t)) == nprocs
+
+    a = _wait_for(tmux_session, settled, 10)
+    time.sleep(1.5)
+    b = _wait_for(tmux_session, settled, 10)
+    assert sorted(_p_rows(a)) == list(range(nprocs))
+    assert a != b, "nothing on screen changed in 1.5 s"
+    assert _our_uprobes(workload.pid), "no uprobes while attached: is this really live?"
+
+    t0 = time.monotonic()
+    _tmux("send-keys", "-t", tmux_session, "q")
+    done = _wait_for(tmux_session, lambda t: "GMPMON_EXIT=" in t, 30)
+    took = time.monotonic() - t0
+    assert "GMPMON_EXIT=0" in done, done
+    assert "Traceback" not in done, done
+
+    time.sleep(0.5)
+    assert workload.poll() is None, "the workload died when gmpmon detached"
+    assert _our_uprobes(workload.pid) == []
+    assert took <= QUIT_BUDGET_S, (
+        f"q took {took:.2f}s to exit (budget {QUIT_BUDGET_S}s); most of it is detaching "
+        "the uprobes (session.close)"
+    )
