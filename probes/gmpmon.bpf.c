@@ -12,6 +12,9 @@
  *   SCHED_RUNQSIZE_ADDR  runtime address of sched.runqsize (<=1.24) / sched.runq.size
  *                     (1.25+), an int32; 0 when unknown (stripped binary: no .symtab).
  *   STW_HAS_REASON    1 when stopTheWorldWithSema(reason stwReason) has AL=reason (1.21+).
+ *   LOCK_RA_OFF       where lockSlow's return address is relative to RSP at its probe site:
+ *                     0 at `push rbp` (1.21+ prologues); the frame size when the site is
+ *                     past `sub rsp, N` (1.19's prologue has no push: sub/mov/lea rbp).
  *
  * ABIInternal (go-runtime.md §1): arguments in RAX, RBX, RCX, RDI, RSI, ...; R14 = current g.
  * Every probe sits on an emulated instruction (push rbp / jcc / call) after the stack check,
@@ -502,7 +505,8 @@ int gmpmon_stw_start(struct pt_regs *ctx)
  * user g: RAX = the *sync.Mutex (sync.Mutex{mu isync.Mutex} puts mu at offset 0). Only
  * entered when the fast-path CAS failed: the lock is contended. The user stack is walked
  * through the frame pointers; at an entry probe it lacks the direct caller (Lock is inlined
- * into it), which is the return address at [RSP]: kept beside the stack id. */
+ * into it), which is the return address at [RSP] (at [RSP+frame] when the site is past the
+ * frame setup: then the frame chain already has it): kept beside the stack id. */
 int gmpmon_lock_enter(struct pt_regs *ctx)
 {
     if (!gm_mine())
@@ -510,7 +514,7 @@ int gmpmon_lock_enter(struct pt_regs *ctx)
     gm_hit(PROBE_LOCK);
     u64 goid = gm_goid(ctx->r14);
     int sid = stacks.get_stackid(ctx, BPF_F_USER_STACK);
-    u64 caller = rd64(ctx->sp);
+    u64 caller = rd64(ctx->sp + LOCK_RA_OFF);
     struct gm_lock l = {
         .ts = bpf_ktime_get_ns(),
         .addr = ctx->ax,

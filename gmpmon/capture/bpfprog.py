@@ -73,6 +73,7 @@ class ProbePlan:
     cold: list[Site] = field(default_factory=list)
     features: list[str] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)
+    lock_ra_off: int = 0  # return address of lockSlow at [RSP + this] at its probe site
 
 
 def plan_probes(info: BinaryInfo) -> ProbePlan:
@@ -92,6 +93,7 @@ def plan_probes(info: BinaryInfo) -> ProbePlan:
             continue
         add(Site(fn, ps.entry_site, ps.symbol, hot), feature)
         if fn == "gmpmon_lock_enter":
+            plan.lock_ra_off = -int(getattr(ps, "entry_sp_delta", 0))
             for ret in ps.rets:
                 add(Site("gmpmon_lock_exit", ret, ps.symbol, False), feature)
         if fn == "gmpmon_steal_try":
@@ -144,7 +146,7 @@ def _off(info: BinaryInfo, key: str) -> int:
         ) from e
 
 
-def cflags(info: BinaryInfo, tgid: int) -> list[str]:
+def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[str]:
     sched = info.symbols.get("runtime.sched")
     runqsize = info.offsets.get("runtime.schedt.runqsize")
     runqsize_addr = sched + runqsize + info.load_bias if sched and runqsize is not None else 0
@@ -164,6 +166,7 @@ def cflags(info: BinaryInfo, tgid: int) -> list[str]:
         "P_RUNNEXT": _off(info, "runtime.p.runnext"),
         "SCHED_RUNQSIZE_ADDR": runqsize_addr,
         "STW_HAS_REASON": 1 if info.go_minor >= 21 else 0,
+        "LOCK_RA_OFF": plan.lock_ra_off if plan else 0,
     }
     for i, name in enumerate(PROBE_IDS):
         defs[f"PROBE_{name}"] = i
@@ -173,7 +176,7 @@ def cflags(info: BinaryInfo, tgid: int) -> list[str]:
 class BpfProgram:
     """One compiled gmpmon.bpf.c for one target, with its uprobes."""
 
-    def __init__(self, info: BinaryInfo, tgid: int) -> None:
+    def __init__(self, info: BinaryInfo, tgid: int, plan: ProbePlan) -> None:
         if os.geteuid() != 0:
             raise PermissionDenied("attaching uprobes needs root", hint="run with sudo")
         bcc = import_bcc()
@@ -182,7 +185,7 @@ class BpfProgram:
         try:
             self.bpf: Any = bcc.BPF(
                 src_file=str(PROBE_DIR / "gmpmon.bpf.c").encode(),
-                cflags=[f"-I{PROBE_DIR}", *cflags(info, tgid)],
+                cflags=[f"-I{PROBE_DIR}", *cflags(info, tgid, plan)],
             )
         except Exception as e:  # BCC raises bare Exceptions for compile/load failures
             raise KernelSupportError(

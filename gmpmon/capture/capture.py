@@ -94,7 +94,7 @@ class Capture:
         """Compile and attach the always-on probes (and all of them in full mode)."""
         if self.prog is not None:
             return
-        self.prog = BpfProgram(self.info, self.pid)
+        self.prog = BpfProgram(self.info, self.pid, self.plan)
         self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
         try:
             self.prog.attach(self.plan.cold)
