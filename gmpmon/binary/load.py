@@ -234,13 +234,15 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
     if not wait_reasons:
         missing["wait_reasons"] = f"no runtime.waitReasonStrings and no table for {version}"
     stw_reasons = strings("runtime.stwReasonStrings", "stw_reasons")
-    g_status = table.g_status_names(minor)
-    if "runtime.gStatusStrings" in funcs.globals:
-        addr, size = funcs.globals["runtime.gStatusStrings"]
-        from_binary = _read_go_strings(elf, addr, size, "runtime.gStatusStrings")
-        g_status = tuple(
-            s or g_status[i] if i < len(g_status) else s for i, s in enumerate(from_binary)
-        )
+    # The runtime's own names (gStatusStrings, from the binary or the table) where it has
+    # them; it leaves unused states ("moribund_unused") empty: those come from runtime2.go.
+    const_names = table.g_status_names(minor)
+    runtime_names = strings("runtime.gStatusStrings", "g_status")
+    g_status = tuple(
+        (runtime_names[i] if i < len(runtime_names) else "")
+        or (const_names[i] if i < len(const_names) else f"status{i}")
+        for i in range(max(len(runtime_names), len(const_names)))
+    )
 
     return BinaryInfo(
         path=path,
