@@ -1,0 +1,226 @@
+"""Exporters: folded lines parse, pprof opens in `go tool pprof`, perfetto JSON has a track
+per P, json is the summary; the `gmpmon export` command end to end."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gmpmon.cli import main
+from gmpmon.events import Batch, Header, Kind
+from gmpmon.export.folded import LINE_RE, FoldedExporter
+from gmpmon.export.run import export_recording, make_exporter
+from gmpmon.record import RecordingWriter, read_recording
+
+GO = Path("/opt/gmpmon-go/go1.27.3/bin/go")
+HDR = Header(
+    pid=777,
+    exe="/srv/bank",
+    go_version="go1.27.3",
+    gomaxprocs=3,
+    mode="full",
+    start_ns=0,
+    wall_start=1_700_000_000.0,
+    wait_reasons=("", "GC assist marking", "IO wait", "sleep", "sync.Mutex.Lock"),
+)
+HOT = ("main.main", "main.(*Bank).Transfer", "sync.(*Mutex).Lock")
+COLD = ("main.main", "main.audit", "sync.(*RWMutex).RLock")
+ODD = ("main.main", "[unknown 0x4011aa]", "weird;name with spaces")
+T = 1_000_000_000
+
+
+def scenario() -> list[Batch]:
+    k = Kind
+    ev1 = [
+        (T + 0, k.EXECUTE, 0, 10, 1, 0, 0),
+        (T + 100, k.SCHED, 1, 11, 0, 0, 0),
+        (T + 150, k.SCHED, 2, 12, 0, 0, 0),
+        (T + 200, k.GO_CREATE, 0, 10, 2, 1, 0),
+        (T + 300, k.STEAL, 1, 11, 0, 0, 1),
+        (T + 400, k.EXECUTE, 1, 11, 2, 0, 0),
+        (T + 1_000, k.MUTEX_ADDR, 1, 11, 2, 0xC0000A0000, 1),
+        (T + 1_000, k.MUTEX, 1, 11, 2, 900_000, 1),
+        (T + 2_000, k.PARK, 1, 11, 2, 3, 0),
+        (T + 2_100, k.SCHED, 1, 11, 0, 0, 0),
+    ]
+    ev2 = [
+        (T + 3_000, k.MUTEX, 0, 10, 1, 100_000, 2),
+        (T + 3_500, k.MUTEX, 0, 10, 1, 5, 3),
+        (T + 4_000, k.STW_START, 0, 10, 1, 0, 0),
+        (T + 9_000, k.STW_END, 0, 10, 1, 0, 5_000),
+        (T + 10_000, k.READY, -1, 12, 2, 0, 3),
+        (T + 12_000, k.EXECUTE, 2, 12, 2, 0, 0),
+        (T + 13_000, k.MUTEX, 2, 12, 2, 50_000, 1),
+        (T + 20_000, k.GO_EXIT, 2, 12, 2, 0, 0),
+    ]
+    return [
+        Batch([tuple(int(x) for x in e) for e in ev1], {1: HOT}),  # type: ignore[misc]
+        Batch([tuple(int(x) for x in e) for e in ev2], {2: COLD, 3: ODD}),  # type: ignore[misc]
+    ]
+
+
+@pytest.fixture()
+def recording(tmp_path: Path) -> Path:
+    path = tmp_path / "s.gmp"
+    with RecordingWriter(str(path), HDR) as w:
+        for b in scenario():
+            w.write(b)
+    return path
+
+
+def export(path: Path, fmt: str, **kw: str) -> bytes:
+    rec = read_recording(str(path))
+    ex = make_exporter(fmt, rec.header, **kw)
+    export_recording(rec, ex)
+    return ex.render()
+
+
+def test_folded_mutex_lines_are_well_formed(recording: Path) -> None:
+    text = export(recording, "folded").decode()
+    lines = text.splitlines()
+    assert all(LINE_RE.match(line) for line in lines), lines
+    assert lines == sorted(lines)
+    weights = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in lines}
+    assert weights["main.main;main.(*Bank).Transfer;sync.(*Mutex).Lock"] == 950_000
+    assert weights["main.main;main.audit;sync.(*RWMutex).RLock"] == 100_000
+    assert weights["main.main;[unknown_0x4011aa];weird_name_with_spaces"] == 5
+    counts = export(recording, "folded", weight="count").decode().splitlines()
+    assert "main.main;main.(*Bank).Transfer;sync.(*Mutex).Lock 2" in counts
+
+
+def test_folded_latency_pseudo_stacks(recording: Path) -> None:
+    lines = export(recording, "folded", what="latency", weight="count").decode().splitlines()
+    assert all(LINE_RE.match(line) for line in lines), lines
+    assert "sched_latency;created;P1 1" in lines
+    assert "sched_latency;sleep;P2 1" in lines
+    waits = export(recording, "folded", what="latency").decode().splitlines()
+    assert "sched_latency;sleep;P2 2000" in waits
+
+
+def test_folded_frame_sanitising_keeps_lines_valid() -> None:
+    from gmpmon.model import Model
+
+    model = Model(HDR)
+    model.feed(Batch([(T, int(Kind.MUTEX), 0, 0, 1, 7, 1)], {1: ("", " ; ", "a\tb")}))
+    model.flush()
+    ex = FoldedExporter(HDR)
+    ex.add(model.snapshot())
+    line = ex.text().strip()
+    assert LINE_RE.match(line) and line == "[unknown];_;a_b 7"
+
+
+@pytest.mark.skipif(not GO.exists(), reason="go1.27.3 toolchain not installed")
+def test_pprof_opens_in_go_tool_pprof_with_the_contended_function_first(
+    recording: Path, tmp_path: Path
+) -> None:
+    data = export(recording, "pprof")
+    assert gzip.decompress(data)  # a valid gzip stream
+    out = tmp_path / "mutex.pb.gz"
+    out.write_bytes(data)
+    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
+    top = subprocess.run(
+        [str(GO), "tool", "pprof", "-top", "-sample_index=delay", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    ).stdout
+    rows = [ln.split() for ln in top.splitlines() if re.match(r"^\s*[0-9.]+\w*s?\s+[0-9.]+%", ln)]
+    assert rows, top
+    assert rows[0][-1] == "sync.(*Mutex).Lock", top  # the hottest leaf: 950us of 1050us
+    cum = subprocess.run(
+        [str(GO), "tool", "pprof", "-top", "-cum", "-sample_index=contentions", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    ).stdout
+    assert "main.(*Bank).Transfer" in cum and "Type: contentions" in cum
+    names = [ln.split()[-1] for ln in cum.splitlines() if ln.strip().endswith(")") or "main." in ln]
+    assert names.index("main.(*Bank).Transfer") < names.index("main.audit")
+
+
+def test_perfetto_is_trace_event_json_with_one_track_per_p(recording: Path) -> None:
+    doc = json.loads(export(recording, "perfetto"))
+    evs = doc["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in evs if e.get("name") == "thread_name"}
+    assert {t: n for t, n in names.items() if n.startswith("P")} == {0: "P0", 1: "P1", 2: "P2"}
+    assert names[1_000_000] == "stop-the-world"
+    for e in evs:
+        assert e["ph"] in ("M", "X", "i")
+        assert e["pid"] == 777
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and e["ts"] >= 0 and isinstance(e["name"], str)
+    slices = [(e["tid"], e["name"]) for e in evs if e["ph"] == "X"]
+    assert (1, "G2") in slices and (2, "G2") in slices and (0, "GC stop") in slices
+    assert (1_000_000, "STW") in slices
+    inst = [e["name"] for e in evs if e["ph"] == "i"]
+    assert "steal 1 from P0" in inst and "park G2: sleep" in inst
+    stw = next(e for e in evs if e["name"] == "STW")
+    assert stw["dur"] == 5.0
+
+
+def test_json_export_is_the_summary(recording: Path) -> None:
+    doc = json.loads(export(recording, "json"))
+    assert doc["schema_version"] == 1
+    assert doc["target"] == {
+        "pid": 777,
+        "exe": "/srv/bank",
+        "go_version": "go1.27.3",
+        "gomaxprocs": 3,
+    }
+    assert doc["mutex"]["contentions"] == 4
+    assert doc["steals"]["count"] == 1
+
+
+def test_export_command(
+    recording: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m.folded"
+    assert main(["export", str(recording), "--format", "folded", "-o", str(out)]) == 0
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+    assert out.read_text().count("\n") == 3
+    # bad output path is checked before any work; bad input is one line
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    assert main(["export", str(recording), "--format", "json", "-o", str(link)]) == 2
+    bogus = tmp_path / "bogus.gmp"
+    bogus.write_text("nope")
+    assert main(["export", str(bogus), "--format", "json", "-o", str(tmp_path / "o")]) == 9
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("gmpmon: ") for e in err)
+    assert (
+        main(
+            [
+                "export",
+                str(recording),
+                "--format",
+                "pprof",
+                "--what",
+                "latency",
+                "-o",
+                str(tmp_path / "p"),
+            ]
+        )
+        == 2
+    )
+
+
+def test_export_of_truncated_recording_says_where(
+    recording: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = recording.read_bytes()
+    cut = tmp_path / "cut.gmp"
+    cut.write_bytes(data[:-30])
+    assert main(["export", str(cut), "--format", "json", "-o", str(tmp_path / "o.json")]) == 0
+    err = capsys.readouterr().err
+    assert "stopped at byte" in err and "1 good batches" in err
