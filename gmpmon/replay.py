@@ -173,6 +173,11 @@ class ReplaySource:
 
     def _advance(self, target: int) -> None:
         model = self._model
+        self._pos = target
+        # The model holds back reorder_ns of events (live, they may still arrive out of
+        # order); replay knows the future, so it feeds that much further ahead and the
+        # snapshot shows everything up to the position, with the model's semantics intact.
+        target += model.reorder_ns
         carry = self._carry
         if carry:
             cut = bisect_right(carry, target, key=_TS)
@@ -195,8 +200,7 @@ class ReplaySource:
                 model.feed(Batch(ev[:cut]))
             carry = ev[cut:]
         self._carry = carry
-        self._pos = target
-        if not carry and target >= self._end:
+        if not carry and self._pos >= self._end:
             model.flush()
             self._at_end = True
         self._latest = model.snapshot()

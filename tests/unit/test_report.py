@@ -1,0 +1,185 @@
+"""Summary JSON, text report and interval lines from model snapshots of hand-made runs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from gmpmon.events import Batch, Counter, EventTuple, Kind
+from gmpmon.model import Model
+from gmpmon.report import fmt_ns, interval_line, summary, text_report
+from tests.unit.test_model_scenarios import CHANRECV, SLEEP, ev, header, run
+
+SCHEMA_KEYS = {
+    "schema_version",
+    "target",
+    "mode",
+    "window",
+    "windows",
+    "duration_s",
+    "events",
+    "illegal_transitions",
+    "procs",
+    "steals",
+    "park_reasons",
+    "sched_latency_ns",
+    "sched_latency_by_reason_ns",
+    "syscalls",
+    "preemptions",
+    "gc_stw",
+    "goroutines",
+    "mutex",
+    "sources",
+}
+
+
+def busy_run(nprocs: int = 4) -> list[EventTuple]:
+    events: list[EventTuple] = []
+    t = 0.0
+    for i in range(400):
+        p = i % nprocs
+        g = 10 + i % 13
+        events += [
+            ev(t, Kind.EXECUTE, p=p, m=100 + p, g=g, a1=i % 5),
+            ev(t + 3, Kind.PARK, p=p, m=100 + p, g=g, a0=SLEEP if i % 3 else CHANRECV),
+            ev(t + 4, Kind.SCHED, p=p, m=100 + p, a1=i % 7),
+            ev(t + 5, Kind.STEAL, p=p, a0=(p + 1) % nprocs, a1=i % 2),
+            ev(t + 6 + i % 50, Kind.READY, g=g, a1=SLEEP if i % 3 else CHANRECV),
+        ]
+        if i % 40 == 0:
+            events += [
+                ev(t + 7, Kind.MUTEX_ADDR, g=g, a0=0xC000001000, a1=1),
+                ev(t + 7, Kind.MUTEX, g=g, a0=1000 * i, a1=i % 3),
+            ]
+        t += 10
+    events.sort(key=lambda e: e[0])
+    return events
+
+
+def snapshot_of(events: list[EventTuple], nprocs: int = 4):  # type: ignore[no-untyped-def]
+    model = Model(header(gomaxprocs=nprocs))
+    model.feed(
+        Batch(
+            events,
+            {
+                i: (
+                    "main.main",
+                    f"main.worker{i}",
+                    "pkg/very/long/path/to/a/package.(*Type).MethodWithAVeryLongNameIndeed",
+                    "sync.(*Mutex).Lock",
+                )
+                for i in range(3)
+            },
+        )
+    )
+    model.flush()
+    return model.snapshot()
+
+
+def test_summary_schema_and_numbers() -> None:
+    s = snapshot_of(busy_run())
+    doc = summary(s)
+    assert set(doc) == SCHEMA_KEYS
+    json.dumps(doc)  # serialisable as is
+    assert doc["target"]["pid"] == 42 and doc["target"]["gomaxprocs"] == 4
+    assert doc["events"] == {"total": s.events_total, "lost": 0, "late": 0}
+    assert [p["id"] for p in doc["procs"]] == [0, 1, 2, 3]
+    assert sum(p["executes"] for p in doc["procs"]) == 400
+    assert set(doc["procs"][0]) >= {
+        "running_ns",
+        "idle_ns",
+        "spinning_ns",
+        "syscall_ns",
+        "executes",
+        "steals_in",
+        "steals_out",
+    }
+    assert doc["steals"]["attempts"] == 400 and doc["steals"]["count"] == 200
+    assert {(m["thief"], m["victim"]) for m in doc["steals"]["matrix"]} == {
+        (0, 1),
+        (1, 2),
+        (2, 3),
+        (3, 0),
+    }
+    assert (
+        doc["park_reasons"]["sleep"]["count"] + doc["park_reasons"]["chan receive"]["count"] == 400
+    )
+    lat = doc["sched_latency_ns"]
+    assert lat["count"] == 400 - 13  # each G's last ready has no execute after it
+    assert lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert sum(n for _, n in lat["histogram"]) == lat["count"]
+    assert doc["mutex"]["contentions"] == 10
+    assert doc["mutex"]["top"][0]["wait_ns"] >= doc["mutex"]["top"][-1]["wait_ns"]
+
+
+def test_summary_is_deterministic() -> None:
+    a = summary(snapshot_of(busy_run()))
+    b = summary(snapshot_of(busy_run()))
+    assert json.dumps(a) == json.dumps(b)
+
+
+def test_counter_histogram_percentiles() -> None:
+    # 100 samples: 90 in bucket of 1000ns, 9 in 10000ns, 1 in 1ms -> p50/p90 at 1us bucket.
+    from gmpmon.events import lat_bucket, lat_bucket_lo
+
+    events = [
+        ev(0, Kind.COUNTER, p=0, g=Counter.SCHED_LAT, a0=lat_bucket(1000), a1=90),
+        ev(1, Kind.COUNTER, p=1, g=Counter.SCHED_LAT, a0=lat_bucket(10_000), a1=9),
+        ev(2, Kind.COUNTER, p=1, g=Counter.SCHED_LAT, a0=lat_bucket(1_000_000), a1=1),
+    ]
+    s = run(events)
+    lat = s.sched_latency
+    assert lat.count == 100
+    assert lat.p50 == lat.p90 == lat_bucket_lo(lat_bucket(1000))
+    assert lat.p99 == lat_bucket_lo(lat_bucket(10_000))
+    assert lat.max == lat_bucket_lo(lat_bucket(1_000_000))
+
+
+def test_text_report_fits_80_columns() -> None:
+    for nprocs in (1, 4, 16):
+        s = snapshot_of(busy_run(nprocs), nprocs)
+        text = text_report(s)
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= 80, [ln for ln in lines if len(ln) > 80]
+        assert "Scheduling latency" in text and "Top park reasons" in text
+        assert "Mutex contention: 10 waits" in text
+        bars = [ln for ln in lines if re.search(r" : \d+ +\|\**\s*\|$", ln)]
+        assert bars, text
+    small = text_report(snapshot_of(busy_run(4), 4))
+    assert "thief" in small and "P3" in small
+
+
+def test_text_report_of_an_empty_run() -> None:
+    text = text_report(run([]))
+    assert "no scheduling-latency samples" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_interval_line_fits_and_counts_the_interval() -> None:
+    events = busy_run(8)
+    model = Model(header(gomaxprocs=8))
+    model.feed(Batch(events[: len(events) // 2]))
+    first = model.snapshot()
+    model.feed(Batch(events[len(events) // 2 :]))
+    model.flush()
+    second = model.snapshot()
+    a = interval_line(first, None)
+    b = interval_line(second, first)
+    for line in (a, b):
+        assert len(line) <= 80
+        assert re.search(r"grq=\d+ steal=\d+ park=\d+ p99=\S+ lost=0$", line), line
+    parks_a = int(re.search(r"park=(\d+)", a).group(1))  # type: ignore[union-attr]
+    parks_b = int(re.search(r"park=(\d+)", b).group(1))  # type: ignore[union-attr]
+    assert parks_a + parks_b == 400
+    wide = interval_line(snapshot_of(busy_run(64), 64), None)
+    assert len(wide) <= 80
+
+
+def test_fmt_ns() -> None:
+    assert [fmt_ns(x) for x in (0, 999, 1500, 2_500_000, 3_210_000_000)] == [
+        "0ns",
+        "999ns",
+        "1.5us",
+        "2.5ms",
+        "3.21s",
+    ]
