@@ -200,11 +200,8 @@ static __always_inline void gm_mark_runnable(u64 goid, u64 now)
 
 /* runtime.execute(gp *g, inheritTime bool), all versions. On g0. RAX=gp (still _Grunnable),
  * BL=inheritTime. m.p is already acquired. Never returns. */
-int gmpmon_execute(struct pt_regs *ctx)
+static __always_inline int on_execute(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_EXECUTE);
     u64 now = bpf_ktime_get_ns();
     u64 goid = gm_goid(ctx->ax);
     u64 pp = rd64(gm_m(ctx) + M_P);
@@ -222,11 +219,8 @@ int gmpmon_execute(struct pt_regs *ctx)
 /* runtime.findRunnable() (1.19+), entry. On g0 with a P (schedule() holds one): the M starts
  * looking for work. The search ends with the next EXECUTE on this M (its RETs are
  * single-stepped and hot: not probed). */
-int gmpmon_findrunnable(struct pt_regs *ctx)
+static __always_inline int on_findrunnable(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_FINDRUNNABLE);
     u64 pp = rd64(gm_m(ctx) + M_P);
     gm_emit(GM_SCHED, gm_pid(pp), gm_tid(), 0, gm_runqlen(pp), gm_globrunq());
     return 0;
@@ -235,11 +229,8 @@ int gmpmon_findrunnable(struct pt_regs *ctx)
 /* runtime.gopark(unlockf, lock, reason waitReason, traceEv/traceReason, traceskip).
  * On the user g: R14=g, CL=reason (u8). The reason number is per version: user space
  * decodes it with BinaryInfo.wait_reasons. */
-int gmpmon_gopark(struct pt_regs *ctx)
+static __always_inline int on_gopark(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_GOPARK);
     u64 now = bpf_ktime_get_ns();
     u64 goid = gm_goid(ctx->r14);
     u32 reason = ctx->cx & 0xff;
@@ -254,11 +245,8 @@ int gmpmon_gopark(struct pt_regs *ctx)
 /* runtime.ready(gp *g, traceskip int, next bool) (goready is inlined since 1.21). Usually on
  * g0 via systemstack: RAX=gp, still _Gwaiting with gp.waitreason set. The waker is m.curg
  * (0 when the scheduler, a timer or netpoll readies it from g0 after dropg). */
-int gmpmon_ready(struct pt_regs *ctx)
+static __always_inline int on_ready(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_READY);
     u64 now = bpf_ktime_get_ns();
     u64 gp = ctx->ax;
     u64 goid = gm_goid(gp);
@@ -282,11 +270,8 @@ int gmpmon_ready(struct pt_regs *ctx)
  * newg := newproc1(...); runqput(pp, newg, true)), all versions. CALL is emulated, so this is
  * the cheap way to see a creation with the new goid already set (newproc1's RET would be
  * single-stepped). RAX=pp, RBX=newg; on g0, the parent is m.curg. */
-int gmpmon_gocreate(struct pt_regs *ctx)
+static __always_inline int on_gocreate(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_GOCREATE);
     u64 now = bpf_ktime_get_ns();
     u64 goid = gm_goid(ctx->bx);
     u64 parent = gm_goid(rd64(gm_m(ctx) + M_CURG));
@@ -297,11 +282,8 @@ int gmpmon_gocreate(struct pt_regs *ctx)
 
 /* Fallback for the above: a RET of runtime.newproc1 (single-stepped: ~25 us a creation).
  * RAX=newg; on g0, the parent is m.curg. */
-int gmpmon_newproc1_ret(struct pt_regs *ctx)
+static __always_inline int on_newproc1_ret(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_GOCREATE);
     u64 now = bpf_ktime_get_ns();
     u64 goid = gm_goid(ctx->ax);
     u64 m = gm_m(ctx);
@@ -313,11 +295,8 @@ int gmpmon_newproc1_ret(struct pt_regs *ctx)
 
 /* runtime.goexit0(gp *g) (<=1.21) or runtime.gdestroy(gp *g) (1.22+). On g0, RAX=gp
  * (still _Grunning). */
-int gmpmon_goexit(struct pt_regs *ctx)
+static __always_inline int on_goexit(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_GOEXIT);
     u64 goid = gm_goid(ctx->ax);
     runnable_at.delete(&goid);
     parked_at.delete(&goid);
@@ -327,11 +306,8 @@ int gmpmon_goexit(struct pt_regs *ctx)
 
 /* runtime.entersyscall(), nosplit, on the user g (R14). m.p is still set at entry (<=1.25
  * reentersyscall clears it; 1.26+ keeps it attached). */
-int gmpmon_sysenter(struct pt_regs *ctx)
+static __always_inline int on_sysenter(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_SYSENTER);
     u64 goid = gm_goid(ctx->r14);
     s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
     if (pid >= 0)
@@ -342,11 +318,8 @@ int gmpmon_sysenter(struct pt_regs *ctx)
 
 /* runtime.exitsyscall(), nosplit, on the user g (R14). m.p: the P still held (1.26+ keeps
  * it unless it was taken; <=1.25 it is 0 during the syscall: NO_P). */
-int gmpmon_sysexit(struct pt_regs *ctx)
+static __always_inline int on_sysexit(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_SYSEXIT);
     u64 goid = gm_goid(ctx->r14);
     gm_emit(GM_SYSCALL_EXIT, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 0, 0);
     return 0;
@@ -354,11 +327,8 @@ int gmpmon_sysexit(struct pt_regs *ctx)
 
 /* runtime.goschedImpl(gp *g, preempted bool) (1.22+), on g0: RAX=gp, BL=1 for a preemption
  * (asyncPreempt2 / newstack via gopreempt_m), 0 for runtime.Gosched. The G becomes runnable. */
-int gmpmon_gosched(struct pt_regs *ctx)
+static __always_inline int on_gosched(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_GOSCHED);
     u64 now = bpf_ktime_get_ns();
     u64 goid = gm_goid(ctx->ax);
     gm_mark_runnable(goid, now);
@@ -368,11 +338,8 @@ int gmpmon_gosched(struct pt_regs *ctx)
 
 /* runqsteal(pp, p2 *p, stealRunNextG bool) *g, entry, on g0: RAX=thief P, RBX=victim P.
  * Remembered per M until the runqgrab result site below. */
-int gmpmon_steal_try(struct pt_regs *ctx)
+static __always_inline int on_steal_try(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_STEAL_TRY);
     u32 tid = gm_tid();
     struct gm_steal s = {.thief = gm_pid(ctx->ax), .victim = gm_pid(ctx->bx)};
     steal_try.update(&tid, &s);
@@ -382,11 +349,8 @@ int gmpmon_steal_try(struct pt_regs *ctx)
 /* Inside runqsteal, the first emulated instruction after `CALL runtime.runqgrab` that still
  * sees its result (BinaryInfo call_results): EAX = n goroutines grabbed from the victim
  * (0 = failed attempt). Only successful steals become events; attempts are counted. */
-int gmpmon_steal_got(struct pt_regs *ctx)
+static __always_inline int on_steal_got(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_STEAL_GOT);
     u32 tid = gm_tid();
     struct gm_steal *s = steal_try.lookup(&tid);
     if (!s)
@@ -407,11 +371,8 @@ int gmpmon_steal_got(struct pt_regs *ctx)
 /* ---- cold probes (every mode) -------------------------------------------------------- */
 
 /* runtime.handoffp(pp *p), on sysmon's M (retake) or g0: RAX=P, already taken from its M. */
-int gmpmon_handoffp(struct pt_regs *ctx)
+static __always_inline int on_handoffp(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_HANDOFFP);
     s32 pid = gm_pid(ctx->ax);
     u64 goid = 0;
     u64 *g = sys_g.lookup(&pid);
@@ -423,11 +384,8 @@ int gmpmon_handoffp(struct pt_regs *ctx)
 
 /* runtime.entersyscallblock(), nosplit, user g: a syscall known to block; the P is handed off
  * at once. */
-int gmpmon_sysenterblk(struct pt_regs *ctx)
+static __always_inline int on_sysenterblk(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_SYSENTERBLK);
     u64 goid = gm_goid(ctx->r14);
     s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
     if (pid >= 0)
@@ -438,11 +396,8 @@ int gmpmon_sysenterblk(struct pt_regs *ctx)
 
 /* runtime.preemptone(pp *p) bool, from sysmon's retake or the GC: RAX=P whose m.curg is asked
  * to stop (gp.preempt=true, SIGURG). */
-int gmpmon_preemptone(struct pt_regs *ctx)
+static __always_inline int on_preemptone(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_PREEMPTONE);
     u64 pp = ctx->ax;
     u64 goid = gm_goid(rd64(rd64(pp + P_M) + M_CURG));
     gm_emit(GM_PREEMPT_REQ, gm_pid(pp), gm_tid(), goid, 0, 0);
@@ -451,11 +406,8 @@ int gmpmon_preemptone(struct pt_regs *ctx)
 
 /* runtime.gopreempt_m(gp *g) (<=1.21 only; inlined away in 1.26+), on g0: RAX=gp. Always a
  * preemption (Gosched goes through gosched_m instead). */
-int gmpmon_gopreempt(struct pt_regs *ctx)
+static __always_inline int on_gopreempt(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_GOSCHED);
     u64 now = bpf_ktime_get_ns();
     u64 goid = gm_goid(ctx->ax);
     gm_mark_runnable(goid, now);
@@ -464,11 +416,8 @@ int gmpmon_gopreempt(struct pt_regs *ctx)
 }
 
 /* runtime.stopTheWorldWithSema: 1.19 `()`, 1.21+ `(reason stwReason)` with AL=reason. On g0. */
-int gmpmon_stw_stop(struct pt_regs *ctx)
+static __always_inline int on_stw_stop(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_STW);
     int zero = 0;
     u32 reason = 0;
 #if STW_HAS_REASON
@@ -482,11 +431,8 @@ int gmpmon_stw_stop(struct pt_regs *ctx)
 
 /* runtime.startTheWorldWithSema (its arguments changed in every version; the reason is taken
  * from the matching stop). a1 = pause measured in the kernel, stop entry -> start entry. */
-int gmpmon_stw_start(struct pt_regs *ctx)
+static __always_inline int on_stw_start(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_STW);
     int zero = 0;
     u64 now = bpf_ktime_get_ns();
     u32 reason = 0;
@@ -507,11 +453,8 @@ int gmpmon_stw_start(struct pt_regs *ctx)
  * through the frame pointers; at an entry probe it lacks the direct caller (Lock is inlined
  * into it), which is the return address at [RSP] (at [RSP+frame] when the site is past the
  * frame setup: then the frame chain already has it): kept beside the stack id. */
-int gmpmon_lock_enter(struct pt_regs *ctx)
+static __always_inline int on_lock_enter(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
-    gm_hit(PROBE_LOCK);
     u64 goid = gm_goid(ctx->r14);
     int sid = stacks.get_stackid(ctx, BPF_F_USER_STACK);
     u64 caller = rd64(ctx->sp + LOCK_RA_OFF);
@@ -526,10 +469,8 @@ int gmpmon_lock_enter(struct pt_regs *ctx)
 
 /* A RET of lockSlow (single-stepped, ~25 us: acceptable, only contended locks get here).
  * R14 = the same G, possibly on another M. */
-int gmpmon_lock_exit(struct pt_regs *ctx)
+static __always_inline int on_lock_exit(struct pt_regs *ctx)
 {
-    if (!gm_mine())
-        return 0;
     u64 goid = gm_goid(ctx->r14);
     struct gm_lock *l = lock_at.lookup(&goid);
     if (!l)
@@ -544,3 +485,78 @@ int gmpmon_lock_exit(struct pt_regs *ctx)
     gm_emit(GM_MUTEX, pid, tid, goid, wait, stack);
     return 0;
 }
+
+/* ---- entry points --------------------------------------------------------------------- */
+
+/* One program for every site, attached with BPF_TRACE_UPROBE_MULTI links (kernel 6.6+):
+ * the attach cookie of each site says which handler runs. One link for the cold sites and
+ * one for the hot ones: attaching a link is one syscall, and closing it unregisters all its
+ * uprobes with a single RCU-tasks-trace wait (~30 ms here), where closing one perf-event
+ * uprobe after another costs ~300 ms each: what makes default mode's duty cycle possible.
+ * Handler ids (H_*) come from gmpmon/capture/bpfprog.py:HANDLERS as -D flags. */
+#if !GM_PERF_FALLBACK
+int gmpmon_probe(struct pt_regs *ctx)
+{
+    if (!gm_mine())
+        return 0;
+    u32 h = (u32)bpf_get_attach_cookie(ctx);
+    gm_hit(h);
+    switch (h) {
+    case H_EXECUTE: return on_execute(ctx);
+    case H_FINDRUNNABLE: return on_findrunnable(ctx);
+    case H_GOPARK: return on_gopark(ctx);
+    case H_READY: return on_ready(ctx);
+    case H_GOCREATE: return on_gocreate(ctx);
+    case H_NEWPROC1_RET: return on_newproc1_ret(ctx);
+    case H_GOEXIT: return on_goexit(ctx);
+    case H_SYSENTER: return on_sysenter(ctx);
+    case H_SYSEXIT: return on_sysexit(ctx);
+    case H_GOSCHED: return on_gosched(ctx);
+    case H_STEAL_TRY: return on_steal_try(ctx);
+    case H_STEAL_GOT: return on_steal_got(ctx);
+    case H_HANDOFFP: return on_handoffp(ctx);
+    case H_SYSENTERBLK: return on_sysenterblk(ctx);
+    case H_PREEMPTONE: return on_preemptone(ctx);
+    case H_GOPREEMPT: return on_gopreempt(ctx);
+    case H_STW_STOP: return on_stw_stop(ctx);
+    case H_STW_START: return on_stw_start(ctx);
+    case H_LOCK_ENTER: return on_lock_enter(ctx);
+    case H_LOCK_EXIT: return on_lock_exit(ctx);
+    }
+    return 0;
+}
+#endif
+
+/* Fallback for kernels without uprobe_multi (< 6.6): one perf-event uprobe per site, each
+ * with its own program (no cookie there). Compiled only when asked (-DGM_PERF_FALLBACK=1):
+ * it doubles the code BCC compiles. */
+#if GM_PERF_FALLBACK
+#define GM_PROBE(name, id)                         \
+    int gmpmon_##name(struct pt_regs *ctx)         \
+    {                                              \
+        if (!gm_mine())                            \
+            return 0;                              \
+        gm_hit(id);                                \
+        return on_##name(ctx);                     \
+    }
+GM_PROBE(execute, H_EXECUTE)
+GM_PROBE(findrunnable, H_FINDRUNNABLE)
+GM_PROBE(gopark, H_GOPARK)
+GM_PROBE(ready, H_READY)
+GM_PROBE(gocreate, H_GOCREATE)
+GM_PROBE(newproc1_ret, H_NEWPROC1_RET)
+GM_PROBE(goexit, H_GOEXIT)
+GM_PROBE(sysenter, H_SYSENTER)
+GM_PROBE(sysexit, H_SYSEXIT)
+GM_PROBE(gosched, H_GOSCHED)
+GM_PROBE(steal_try, H_STEAL_TRY)
+GM_PROBE(steal_got, H_STEAL_GOT)
+GM_PROBE(handoffp, H_HANDOFFP)
+GM_PROBE(sysenterblk, H_SYSENTERBLK)
+GM_PROBE(preemptone, H_PREEMPTONE)
+GM_PROBE(gopreempt, H_GOPREEMPT)
+GM_PROBE(stw_stop, H_STW_STOP)
+GM_PROBE(stw_start, H_STW_START)
+GM_PROBE(lock_enter, H_LOCK_ENTER)
+GM_PROBE(lock_exit, H_LOCK_EXIT)
+#endif /* GM_PERF_FALLBACK */

@@ -18,28 +18,39 @@ from gmpmon.capture.sites import BinaryText, Site, call_result_site, call_sites,
 from gmpmon.capture.sites import probe_site as find_probe_site
 from gmpmon.errors import CaptureError, KernelSupportError, PermissionDenied, UnsupportedError
 
+_libc = ct.CDLL(None, use_errno=True)
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probes"
 RINGBUF_PAGES = 2048  # 8 MiB: ~150k records, ~100 ms of the hottest target at full rate
 
-# Probe ids: index into the BPF `hits` array (PROBE_* -D flags) and Counter.PROBE_HITS keys.
-PROBE_IDS: tuple[str, ...] = (
-    "EXECUTE",
-    "FINDRUNNABLE",
-    "GOPARK",
-    "READY",
-    "GOCREATE",
-    "GOEXIT",
-    "SYSENTER",
-    "SYSEXIT",
-    "GOSCHED",
-    "STEAL_TRY",
-    "STEAL_GOT",
-    "HANDOFFP",
-    "SYSENTERBLK",
-    "PREEMPTONE",
-    "STW",
-    "LOCK",
+# Handler ids: the attach cookie of each site (uprobe_multi), the H_* -D flags, the index
+# into the BPF `hits` array and the Counter.PROBE_HITS keys. Named after the BPF functions.
+HANDLERS: tuple[str, ...] = (
+    "execute",
+    "findrunnable",
+    "gopark",
+    "ready",
+    "gocreate",
+    "newproc1_ret",
+    "goexit",
+    "sysenter",
+    "sysexit",
+    "gosched",
+    "steal_try",
+    "steal_got",
+    "handoffp",
+    "sysenterblk",
+    "preemptone",
+    "gopreempt",
+    "stw_stop",
+    "stw_start",
+    "lock_enter",
+    "lock_exit",
 )
+PROBE_IDS = HANDLERS  # kept for readers of PROBE_HITS keys
+
+BPF_LINK_CREATE = 28
+BPF_TRACE_UPROBE_MULTI = 48
+SYS_BPF = 321  # x86_64
 
 # (BPF function, runtime function candidates in preference order, hot?, feature)
 _ENTRY_PROBES: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
@@ -167,9 +178,10 @@ def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[s
         "SCHED_RUNQSIZE_ADDR": runqsize_addr,
         "STW_HAS_REASON": 1 if info.go_minor >= 21 else 0,
         "LOCK_RA_OFF": plan.lock_ra_off if plan else 0,
+        "GM_PERF_FALLBACK": 0 if uprobe_multi_supported() else 1,
     }
-    for i, name in enumerate(PROBE_IDS):
-        defs[f"PROBE_{name}"] = i
+    for i, name in enumerate(HANDLERS):
+        defs[f"H_{name.upper()}"] = i
     return [f"-D{k}={v:#x}" if k.endswith("_ADDR") else f"-D{k}={v}" for k, v in defs.items()]
 
 
@@ -191,45 +203,77 @@ class BpfProgram:
             raise KernelSupportError(
                 f"cannot load the BPF program: {e}", hint="run `gmpmon doctor`"
             ) from e
-        self._attached: dict[tuple[str, int], int] = {}  # (fn, addr) -> perf event fd
+        self._groups: dict[str, list[int]] = {}  # group -> link fd, or perf event fds
+        self._multi: bool | None = None  # uprobe_multi links work here (None: not tried)
         self._text = BinaryText(info.path)
         self._lib: Any = bcc.lib
         self._kprobe_type: int = bcc.BPF.KPROBE
         self._prev_counters: dict[int, int] = {}
         self._prev_lost = 0
-        self._prev_hits = [0] * len(PROBE_IDS)
+        self._prev_hits = [0] * len(HANDLERS)
         self.gen = 0
 
     # --- uprobes -------------------------------------------------------------------------
 
-    def attach(self, sites: list[Site]) -> None:
-        """Attach uprobes by file offset on the binary's inode (pid=-1: every process running
-        it; the programs filter by TGID). Our own bookkeeping rather than BCC's: its
-        detach_uprobe also writes tracefs's uprobe_events, which perf-PMU uprobes never
-        used, and then keeps the closed fd for its atexit cleanup."""
-        lib = self._lib
+    def attach(self, group: str, sites: list[Site]) -> None:
+        """Attach ``sites`` as one group (one uprobe_multi link), on the binary's inode for
+        every process (the program filters on TGID), so `gmpmon run` can attach before exec.
+        Kernels without uprobe_multi get one perf-event uprobe per site."""
+        if group in self._groups or not sites:
+            return
+        offsets = []
         for s in sites:
-            key = (s.fn_name, s.addr)
-            if key in self._attached:
-                continue
             off = self._text.file_offset(s.addr)
             if off is None:
                 raise CaptureError(f"{s.role} at {s.addr:#x} is outside the file's segments")
+            offsets.append(off)
+        if self._multi is None:
+            self._multi = uprobe_multi_supported()
+        if self._multi:
+            try:
+                fd = self._link_multi(offsets, [HANDLERS.index(s.fn_name[7:]) for s in sites])
+            except OSError as e:
+                raise CaptureError(f"cannot attach uprobes: {e}") from e
+            self._groups[group] = [fd]
+            return
+        fds: list[int] = []
+        self._groups[group] = fds
+        for s, off in zip(sites, offsets, strict=True):
             fn = self.bpf.load_func(s.fn_name.encode(), self._kprobe_type)
             ev = f"gmpmon_{os.getpid()}_{s.addr:x}".encode()
-            fd = lib.bpf_attach_uprobe(fn.fd, 0, ev, self.path.encode(), off, -1)
-            if fd < 0:
+            pfd = self._lib.bpf_attach_uprobe(fn.fd, 0, ev, self.path.encode(), off, -1)
+            if pfd < 0:
                 raise CaptureError(f"cannot attach a uprobe on {s.role} at {s.addr:#x}")
-            self._attached[key] = fd
+            fds.append(pfd)
 
-    def detach(self, sites: list[Site]) -> None:
-        for s in sites:
-            fd = self._attached.pop((s.fn_name, s.addr), None)
-            if fd is not None:
+    def _link_multi(self, offsets: list[int], cookies: list[int]) -> int:
+        fn = self.bpf.load_func(b"gmpmon_probe", self._kprobe_type, None, BPF_TRACE_UPROBE_MULTI)
+        n = len(offsets)
+        path = ct.create_string_buffer(self.path.encode())
+        offs = (ct.c_uint64 * n)(*offsets)
+        cks = (ct.c_uint64 * n)(*cookies)
+        attr = ct.create_string_buffer(128)  # union bpf_attr, link_create member
+        ct.c_uint32.from_buffer(attr, 0).value = fn.fd  # prog_fd
+        ct.c_uint32.from_buffer(attr, 8).value = BPF_TRACE_UPROBE_MULTI  # attach_type
+        ct.c_uint64.from_buffer(attr, 16).value = ct.addressof(path)  # uprobe_multi.path
+        ct.c_uint64.from_buffer(attr, 24).value = ct.addressof(offs)  # .offsets
+        ct.c_uint64.from_buffer(attr, 40).value = ct.addressof(cks)  # .cookies
+        ct.c_uint32.from_buffer(attr, 48).value = n  # .cnt; .pid = 0: every process
+        fd = int(_libc.syscall(SYS_BPF, BPF_LINK_CREATE, attr, 128))
+        if fd < 0:
+            err = ct.get_errno()
+            raise OSError(err, os.strerror(err))
+        return fd
+
+    def detach(self, group: str) -> None:
+        for fd in self._groups.pop(group, []):
+            if self._multi:
+                os.close(fd)
+            else:
                 self._lib.bpf_close_perf_event_fd(fd)
 
     def n_attached(self) -> int:
-        return len(self._attached)
+        return len(self._groups)
 
     def new_window(self) -> None:
         """Bump the generation the hot probes stamp their timestamps with."""
@@ -237,9 +281,8 @@ class BpfProgram:
         self.bpf["cfg"][ct.c_int(0)] = ct.c_uint32(self.gen)
 
     def close(self) -> None:
-        for fd in self._attached.values():
-            self._lib.bpf_close_perf_event_fd(fd)
-        self._attached.clear()
+        for group in list(self._groups):
+            self.detach(group)
         self.bpf.cleanup()
 
     # --- maps ----------------------------------------------------------------------------
@@ -273,7 +316,7 @@ class BpfProgram:
     def hit_deltas(self) -> list[tuple[int, int]]:
         hits = self.bpf["hits"]
         out = []
-        for i in range(len(PROBE_IDS)):
+        for i in range(len(HANDLERS)):
             total = int(sum(hits[ct.c_int(i)]))
             d = total - self._prev_hits[i]
             if d:
@@ -286,6 +329,18 @@ class BpfProgram:
             return [int(a) for a in self.bpf["stacks"].walk(stack_id)]
         except Exception:
             return []
+
+
+def uprobe_multi_supported() -> bool:
+    """BPF_TRACE_UPROBE_MULTI links exist since Linux 6.6. GMPMON_NO_UPROBE_MULTI=1 forces
+    the per-site fallback (to test it on a newer kernel)."""
+    if os.environ.get("GMPMON_NO_UPROBE_MULTI", "") not in ("", "0"):
+        return False
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (6, 6)
 
 
 def decode_counter_key(k: int) -> tuple[int, int, int]:

@@ -97,9 +97,9 @@ class Capture:
         self.prog = BpfProgram(self.info, self.pid, self.plan)
         self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
         try:
-            self.prog.attach(self.plan.cold)
+            self.prog.attach("cold", self.plan.cold)
             if self.mode == "full":
-                self.prog.attach(self.plan.hot)
+                self.prog.attach("hot", self.plan.hot)
                 self._hot_on = True
         except BaseException:
             self.close()
@@ -133,7 +133,8 @@ class Capture:
 
     def close(self) -> None:
         if self.prog is not None:
-            self.prog.detach(self.plan.hot + self.plan.cold)
+            self.prog.detach("hot")
+            self.prog.detach("cold")
         if self.ring is not None:
             self.ring.close()
             self.ring = None
@@ -223,9 +224,9 @@ class Capture:
         if self._hot_on and self.mode == "default":
             self._hot_detach()
         else:
-            self.prog.detach(self.plan.hot)
+            self.prog.detach("hot")
             self._hot_on = False
-        self.prog.detach(self.plan.cold)
+        self.prog.detach("cold")
         self._read_ring()
         now = time.monotonic_ns()
         self._read_counters(now)
@@ -234,7 +235,7 @@ class Capture:
     def _hot_attach(self) -> None:
         assert self.prog is not None
         self.prog.new_window()
-        self.prog.attach(self.plan.hot)
+        self.prog.attach("hot", self.plan.hot)
         self._hot_on = True
         self.stats.windows += 1
         self._emit_window(1)
@@ -242,7 +243,7 @@ class Capture:
     def _hot_detach(self) -> None:
         assert self.prog is not None
         self._emit_window(0)
-        self.prog.detach(self.plan.hot)
+        self.prog.detach("hot")
         self._hot_on = False
 
     def _emit_window(self, on: int) -> None:
