@@ -15,7 +15,7 @@ from types import FrameType
 from typing import Any
 
 from gmpmon.capture.capture import MODES
-from gmpmon.errors import TargetError, UsageError
+from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
 from gmpmon.export.outfile import check_output_path, open_private
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.session import LiveSession
@@ -84,14 +84,16 @@ def run(args: argparse.Namespace) -> int:
         raise TargetError(f"no process with pid {pid}")
     from gmpmon.binary import load_pid
 
-    info = load_pid(pid)
-    session = LiveSession(
-        info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
-        record=args.record,
-    )
+    with target_may_vanish(pid):
+        info = load_pid(pid)
+        session = LiveSession(
+            info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
+            record=args.record,
+        )
     with stop_signals() as stop:
         try:
-            session.start()
+            with target_may_vanish(pid):
+                session.start()
         except BaseException:
             session.close()
             raise
@@ -180,6 +182,32 @@ def write_folded(snap: Snapshot, path: str) -> None:
         for ms in snap.mutex_stacks:
             frames = ";".join(s.replace(" ", "_").replace(";", ":") for s in ms.stack)
             f.write(f"{frames or '[Missed User Stack]'} {ms.wait_ns}\n".encode())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+
+@contextmanager
+def target_may_vanish(pid: int) -> Iterator[None]:
+    """The target can exit at any moment while gmpmon reads its binary and attaches; then
+    whatever failed first (its /proc/PID/root path vanished, an attach failed) is not the
+    story: say that the target exited."""
+    try:
+        yield
+    except TargetError:
+        raise
+    except (GmpmonError, OSError) as e:
+        if not _alive(pid):
+            raise TargetError(f"process {pid} exited while gmpmon was attaching") from e
+        if isinstance(e, OSError):
+            raise CaptureError(f"cannot attach to process {pid}: {e}") from e
+        raise
 
 
 @contextmanager
