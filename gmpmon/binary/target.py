@@ -1,8 +1,9 @@
 """From a pid to its executable and load bias (/proc). The one place gmpmon.binary reads /proc.
 
-The executable is opened as /proc/PID/root/<readlink of /proc/PID/exe> when that is the same
-file (other mount namespaces, containers): a path BCC can attach uprobes to. Otherwise (the
-binary was replaced or deleted) /proc/PID/exe itself, which still opens the mapped file.
+The executable is read from the path /proc/PID/exe links to when that is the same file here,
+else from /proc/PID/root/<that path> (another mount namespace: a container): both are paths
+BCC can attach uprobes to. Otherwise (the binary was replaced or deleted) /proc/PID/exe
+itself, which still opens the mapped file.
 """
 
 from __future__ import annotations
@@ -35,12 +36,16 @@ def exe_path(pid: int) -> str:
         raise PermissionDenied(f"cannot read /proc/{pid}/exe (run as root)") from e
     if link.endswith(" (deleted)"):
         return exe
-    rooted = _proc(pid, "root", link.lstrip("/"))
-    try:
-        st2 = os.stat(rooted)
-    except OSError:
-        return exe
-    return rooted if (st.st_dev, st.st_ino) == (st2.st_dev, st2.st_ino) else exe
+    # The plain path when it names the same file here (same mount namespace), else the
+    # path through the target's root (a container), else the magic link itself.
+    for candidate in (link, _proc(pid, "root", link.lstrip("/"))):
+        try:
+            st2 = os.stat(candidate)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (st2.st_dev, st2.st_ino):
+            return candidate
+    return exe
 
 
 def load_bias(pid: int, elf: Elf, path: str) -> int:
