@@ -73,3 +73,25 @@ class CaptureError(GmpmonError):
 
     exit_code = 10
 
+
+# Finer kinds of the errors above, each with its own exit code so that scripts can tell them
+# apart; being subclasses, an ``except`` of the broader kind still catches them.
+
+
+class KernelHeadersError(KernelSupportError):
+    """BCC found no usable kernel headers to compile the probes against."""
+
+    exit_code = 11
+
+
+class MissingSymbolsError(UnsupportedError):
+    """A Go program without the runtime functions gmpmon probes (inlined away, stripped)."""
+
+    exit_code = 12
+
+
+class OutputPathError(UsageError):
+    """An output file (--record, --summary-json, -o, ...) that cannot be written safely."""
+
+    exit_code = 13
+

@@ -6,7 +6,7 @@ import os
 import stat
 from typing import BinaryIO
 
-from gmpmon.errors import UsageError
+from gmpmon.errors import OutputPathError
 
 
 def check_output_path(path: str) -> None:
@@ -16,18 +16,18 @@ def check_output_path(path: str) -> None:
     except FileNotFoundError:
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
-            raise UsageError(f"{path}: directory {parent} does not exist") from None
+            raise OutputPathError(f"{path}: directory {parent} does not exist") from None
         if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"{path}: directory {parent} is not writable") from None
+            raise OutputPathError(f"{path}: directory {parent} is not writable") from None
         return
     except OSError as e:
-        raise UsageError(f"{path}: {e.strerror}") from None
+        raise OutputPathError(f"{path}: {e.strerror}") from None
     if stat.S_ISLNK(st.st_mode):
-        raise UsageError(f"{path}: is a symbolic link; refusing to write through it")
+        raise OutputPathError(f"{path}: is a symbolic link; refusing to write through it")
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{path}: exists and is not a regular file")
+        raise OutputPathError(f"{path}: exists and is not a regular file")
     if not os.access(path, os.W_OK):
-        raise UsageError(f"{path}: not writable")
+        raise OutputPathError(f"{path}: not writable")
 
 
 def open_private(path: str) -> BinaryIO:
@@ -42,10 +42,10 @@ def open_private(path: str) -> BinaryIO:
             # racing process put there in the meantime (O_EXCL|O_NOFOLLOW on the retry).
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode):
-                raise UsageError(f"{path}: is not a regular file; refusing to write") from None
+                raise OutputPathError(f"{path}: is not a regular file; refusing to write") from None
             os.unlink(path)
             continue
         except OSError as e:
-            raise UsageError(f"{path}: {e.strerror}") from None
+            raise OutputPathError(f"{path}: {e.strerror}") from None
         return os.fdopen(fd, "wb", buffering=0)
-    raise UsageError(f"{path}: keeps reappearing; refusing to write")
+    raise OutputPathError(f"{path}: keeps reappearing; refusing to write")

@@ -192,7 +192,7 @@ def test_export_command(
     # bad output path is checked before any work; bad input is one line
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "elsewhere")
-    assert main(["export", str(recording), "--format", "json", "-o", str(link)]) == 2
+    assert main(["export", str(recording), "--format", "json", "-o", str(link)]) == 13
     bogus = tmp_path / "bogus.gmp"
     bogus.write_text("nope")
     assert main(["export", str(bogus), "--format", "json", "-o", str(tmp_path / "o")]) == 9
