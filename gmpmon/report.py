@@ -95,6 +95,7 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
             "exited": snap.goroutines_exited,
             "live": snap.goroutines_live,
             "states": dict(snap.g_state_counts),
+            "wakes_without_ready": snap.unseen_wakes,
         },
         "mutex": {
             "contentions": snap.mutex_contentions,

@@ -1,7 +1,9 @@
 """pprof: a gzipped profile.proto, shaped like Go's own mutex profile, for ``go tool pprof``.
 
 Sample types ``contentions/count`` and ``delay/nanoseconds`` (as runtime/pprof writes for
-/debug/pprof/mutex), one sample per contended stack, locations leaf first. The handful of
+/debug/pprof/mutex), one sample per contended stack, locations leaf first. The lock's own
+frames at the leaf (sync.*, internal/sync.*, runtime.*) are dropped so that ``pprof -top``
+lists the function that waited for the lock first. The handful of
 protobuf messages needed (Profile, ValueType, Sample, Location, Line, Function) are encoded
 here by hand: varints and length-delimited fields, nothing else.
 Field numbers: github.com/google/pprof/proto/profile.proto.
@@ -42,6 +44,19 @@ def packed(num: int, values: list[int]) -> bytes:
     return field_bytes(num, b"".join(varint(v) for v in values))
 
 
+# Leaf-side frames of the lock implementation itself. pprof -top ranks by flat (leaf) time:
+# without them the leaf is the function that waited on the lock, which is what users look
+# for (Go's own mutex profile has sync.(*Mutex).Unlock there instead).
+LOCK_FRAME_PREFIXES = ("sync.", "internal/sync.", "runtime.")
+
+
+def trim_lock_frames(stack: tuple[str, ...]) -> tuple[str, ...]:
+    end = len(stack)
+    while end > 1 and stack[end - 1].startswith(LOCK_FRAME_PREFIXES):
+        end -= 1
+    return stack[:end]
+
+
 class _Strings:
     def __init__(self) -> None:
         self.index: dict[str, int] = {"": 0}
@@ -56,15 +71,19 @@ class _Strings:
 
 
 class PprofExporter(Exporter):
-    def __init__(self, header: Header) -> None:
+    def __init__(self, header: Header, *, trim: bool = True) -> None:
         super().__init__(header)
+        self.trim = trim
         self.stacks: list[tuple[tuple[str, ...], int, int]] = []
         self.duration_ns = 0
         self.time_ns = int(header.wall_start * 1e9)
 
     def add(self, snapshot: Snapshot) -> None:
         for ms in snapshot.mutex_stacks:
-            self.stacks.append((ms.stack or ("[unknown]",), ms.count, ms.wait_ns))
+            stack = ms.stack or ("[unknown]",)
+            if self.trim:
+                stack = trim_lock_frames(stack)
+            self.stacks.append((stack, ms.count, ms.wait_ns))
         self.duration_ns = max(0, snapshot.now - snapshot.start)
 
     def profile(self) -> bytes:

@@ -70,7 +70,9 @@ WAKE_NAMES = {WAKE_CREATED: "created", WAKE_PREEMPTED: "preempted", WAKE_GOSCHED
 # happens to it (UNKNOWN always qualifies: attached mid-flight, or after a loss/window edge),
 # and the state it moves to. Anything else is counted in illegal_transitions.
 LEGAL_G: dict[int, tuple[frozenset[int], int]] = {
-    Kind.EXECUTE: (frozenset({G_UNKNOWN, G_RUNNABLE}), G_RUNNING),
+    # WAITING -> RUNNING without a READY is real: injectglist (netpoll wake-ups, GC assist
+    # wake-ups) and findRunnableGCWorker make Gs runnable with a bare casgstatus, no ready().
+    Kind.EXECUTE: (frozenset({G_UNKNOWN, G_RUNNABLE, G_WAITING}), G_RUNNING),
     Kind.PARK: (frozenset({G_UNKNOWN, G_RUNNING}), G_WAITING),
     Kind.READY: (frozenset({G_UNKNOWN, G_WAITING}), G_RUNNABLE),
     Kind.GO_CREATE: (frozenset({G_UNKNOWN}), G_RUNNABLE),
@@ -208,6 +210,7 @@ class Model:
         self.events_lost = 0
         self.late_events = 0
         self.illegal = 0
+        self.unseen_wakes = 0  # WAITING -> RUNNING with no READY (netpoll, GC workers)
 
         self._procs: dict[int, _P] = {}
         self._gs: dict[int, _G] = {}
@@ -449,6 +452,9 @@ class Model:
                 if lat > pp.lat_max:
                     pp.lat_max = lat
             gg.ready_ts = -1
+        elif gg.park_ts >= 0:
+            gg.wait_ns += ts - gg.park_ts  # woken without ready(): park -> run, no latency
+            self.unseen_wakes += 1
         gg.executes += 1
         gg.park_ts = -1
         if pp is not None:
@@ -952,6 +958,7 @@ class Model:
             mutex_stacks=tuple(stacks),
             mutex_by_addr={a: (r[0], r[1]) for a, r in sorted(self._mutex_by_addr.items())},
             illegal_transitions=self.illegal,
+            unseen_wakes=self.unseen_wakes,
             window_ns=self.window_ns,
             windows=self.windows,
             windows_covered_ns=covered,
