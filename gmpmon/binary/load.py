@@ -12,6 +12,7 @@ from gmpmon.binary.info import BinaryInfo, FuncTab, ProbeSite
 from gmpmon.errors import (
     BinaryFormatError,
     GmpmonError,
+    MissingSymbolsError,
     NotGoError,
     PermissionDenied,
     TargetError,
@@ -180,7 +181,7 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
     for role in (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES):
         if role.name not in resolved:
             if role in probes.REQUIRED_ROLES:
-                raise UnsupportedError(
+                raise MissingSymbolsError(
                     f"{path}: required runtime function {role.name} not found ({version})"
                 )
             missing[role.name] = probes.OPTIONAL_WHY[role.name]

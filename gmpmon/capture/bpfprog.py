@@ -16,7 +16,13 @@ from gmpmon._bcc import import_bcc
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.sites import BinaryText, Site, call_result_site, call_sites, func_range
 from gmpmon.capture.sites import probe_site as find_probe_site
-from gmpmon.errors import CaptureError, KernelSupportError, PermissionDenied, UnsupportedError
+from gmpmon.errors import (
+    CaptureError,
+    KernelHeadersError,
+    KernelSupportError,
+    PermissionDenied,
+    UnsupportedError,
+)
 
 _libc = ct.CDLL(None, use_errno=True)
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probes"
@@ -185,6 +191,45 @@ def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[s
     return [f"-D{k}={v:#x}" if k.endswith("_ADDR") else f"-D{k}={v}" for k, v in defs.items()]
 
 
+def _compile(bcc: Any, flags: list[str]) -> Any:
+    """BCC's BPF() on gmpmon.bpf.c. Its compiler writes diagnostics to fds 1 and 2 (C++
+    streams): they are caught and folded into one line, like `gmpmon doctor` does."""
+    from gmpmon.doctor import _captured_output, first_compile_error, header_dir
+
+    hdr, origin = header_dir()
+    if not _headers_present(hdr, origin):
+        # Checked first: libbcc 0.29 segfaults compiling gmpmon.bpf.c without headers.
+        raise KernelHeadersError(
+            f"no kernel headers to compile the probes against: {hdr} has no include/"
+            + (" ($BCC_KERNEL_SOURCE)" if origin == "BCC_KERNEL_SOURCE" else ""),
+            hint="apt-get install linux-headers-$(uname -r), or run scripts/setup",
+        )
+    with _captured_output() as lines:
+        try:
+            return bcc.BPF(
+                src_file=str(PROBE_DIR / "gmpmon.bpf.c").encode(),
+                cflags=[f"-I{PROBE_DIR}", *flags],
+            )
+        except Exception as e:  # BCC raises bare Exceptions for compile/load failures
+            err: Exception = e
+    why = first_compile_error(lines) or str(err).splitlines()[0]
+    raise KernelSupportError(f"cannot load the BPF program: {why}",
+                             hint="run `gmpmon doctor`") from err
+
+
+def _headers_present(hdr: str, origin: str) -> bool:
+    """Where BCC looks for kernel headers (its KERNEL_SOURCE env, /lib/modules/R/build or
+    source, else the kernel's own kheaders archive)."""
+    if os.path.isdir(os.path.join(hdr, "include")):
+        return True
+    if origin == "BCC_KERNEL_SOURCE":
+        return False
+    release = os.uname().release
+    return os.path.isdir(f"/lib/modules/{release}/source/include") or os.path.exists(
+        "/sys/kernel/kheaders.tar.xz"
+    )
+
+
 class BpfProgram:
     """One compiled gmpmon.bpf.c for one target, with its uprobes."""
 
@@ -194,15 +239,7 @@ class BpfProgram:
         bcc = import_bcc()
         self.info = info
         self.path = info.path
-        try:
-            self.bpf: Any = bcc.BPF(
-                src_file=str(PROBE_DIR / "gmpmon.bpf.c").encode(),
-                cflags=[f"-I{PROBE_DIR}", *cflags(info, tgid, plan)],
-            )
-        except Exception as e:  # BCC raises bare Exceptions for compile/load failures
-            raise KernelSupportError(
-                f"cannot load the BPF program: {e}", hint="run `gmpmon doctor`"
-            ) from e
+        self.bpf: Any = _compile(bcc, cflags(info, tgid, plan))
         self._groups: dict[str, list[int]] = {}  # group -> link fd, or perf event fds
         self._multi: bool | None = None  # uprobe_multi links work here (None: not tried)
         self._text = BinaryText(info.path)
