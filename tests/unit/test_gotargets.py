@@ -125,3 +125,10 @@ def test_unknown_workload_or_mode_is_refused() -> None:
         build("nope")
     with pytest.raises(ValueError, match="unknown build mode"):
         build("spawn", mode="debug")
+
+
+@pytest.mark.parametrize(("go", "mode"), gotargets.matrix())
+def test_matrix_builds_and_runs(go: str, mode: str) -> None:
+    # One workload per pair of the tested matrix (CI subset, or every pair with --full):
+    # proves the toolchain exists and the mode's flags produce a runnable program.
+    assert run_target(build("spawn", go, mode), "-n", "10") == ["ready", "spawned 10"]
