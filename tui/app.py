@@ -23,10 +23,11 @@ from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.widgets import Footer, TabbedContent, TabPane
 
+from gmpmon.export.folded import FoldedExporter
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.source import RecordingControl, SeekControl, SnapshotSource
 from gmpmon.tui.messages import SnapshotReady, SourceFailed
-from gmpmon.tui.render import NS_PER_S, folded_lines
+from gmpmon.tui.render import NS_PER_S
 from gmpmon.tui.widgets.contention import ContentionView
 from gmpmon.tui.widgets.goroutines import GoroutinesView
 from gmpmon.tui.widgets.help import HelpScreen
@@ -148,7 +149,6 @@ class GmpmonApp(App[None]):
     def _deliver(self, msg: SnapshotReady) -> None:
         status = self.query_one(StatusHeader)
         status.status = msg.status
-        status.position = msg.position
         if msg.snapshot is not None and msg.snapshot is not self.snapshot:
             self.snapshot = msg.snapshot
 
@@ -224,19 +224,21 @@ class GmpmonApp(App[None]):
 
     def action_export_folded(self) -> None:
         snap = self.snapshot
-        lines = folded_lines(snap) if snap is not None else []
-        if not lines:
+        exporter = FoldedExporter(self.source.header, what="mutex")
+        if snap is not None:
+            exporter.add(snap)
+        text = exporter.text()
+        if not text:
             self.notify("no contended mutex stacks to export yet", severity="warning")
             return
         try:
             path = write_private(
-                Path(self.export_dir), f"gmpmon-{self.source.header.pid}-mutex", ".folded",
-                "".join(line + "\n" for line in lines),
+                Path(self.export_dir), f"gmpmon-{self.source.header.pid}-mutex", ".folded", text
             )
         except OSError as e:
             self.notify(f"export failed: {e}", severity="error")
             return
-        self.notify(f"{len(lines)} stacks → {path}", title="exported folded mutex stacks")
+        self.notify(f"{text.count(chr(10))} stacks -> {path}", title="exported folded mutex stacks")
 
     def action_toggle_recording(self) -> None:
         rec = self.recorder

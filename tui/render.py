@@ -228,20 +228,6 @@ def latency_line(stats: LatencyStats) -> str:
     )
 
 
-def folded_lines(snapshot: Snapshot) -> list[str]:
-    """Mutex stacks in Brendan Gregg's folded format, weighted by wait ns (root first).
-
-    Frames with spaces or semicolons would break the format; they are replaced.
-    """
-    lines = []
-    for ms in snapshot.mutex_stacks:
-        if not ms.stack or ms.wait_ns <= 0:
-            continue
-        frames = ";".join(f.replace(";", ":").replace(" ", "_") for f in ms.stack)
-        lines.append(f"{frames} {ms.wait_ns}")
-    return lines
-
-
 def short_stack(stack: Sequence[str], skip_prefixes: tuple[str, ...] = (
     "sync.", "internal/sync.", "runtime.")) -> str:
     """Leaf-first chain of the frames a user wrote: ``main.work < main.main``.

@@ -43,7 +43,10 @@ class ProcTable(Widget):
             fixed += 8 + 1 + 5 + 1
         tl_w = max(width - fixed, 0)
         t1 = snap.now
-        t0 = t1 - TIMELINE_NS
+        # Just after attaching (or in a short recording) there is less than TIMELINE_NS of
+        # history: zoom in on what there is rather than draw mostly empty strips.
+        first = min((p.timeline[0].start for p in snap.procs if p.timeline), default=t1)
+        t0 = max(t1 - TIMELINE_NS, min(first, t1 - TIMELINE_NS // 100))
         runq_full = max(8, *(p.runq for p in snap.procs)) if snap.procs else 8
 
         head = Text(style="bold dim", no_wrap=True)
@@ -52,7 +55,7 @@ class ProcTable(Widget):
         if wide:
             head.append(f"{'M':>8} {'busy':>5} ")
         if tl_w >= 12:
-            label = f"last {TIMELINE_NS // NS_PER_S}s"
+            label = f"last {fmt_ns(t1 - t0)}"
             head.append(label.ljust(tl_w - 3) + "now")
         lines = [head]
         for p in snap.procs:

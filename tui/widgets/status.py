@@ -18,7 +18,6 @@ class StatusHeader(Widget):
     status: reactive[str] = reactive("")
     paused: reactive[bool] = reactive(False)
     recording: reactive[str | None] = reactive(None)
-    position: reactive[tuple[int, int, int] | None] = reactive(None)
 
     def __init__(self, header: Header, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -52,12 +51,6 @@ class StatusHeader(Widget):
             second.append(f"  goroutines {fmt_count(snap.goroutines_live)}")
             if snap.window != "exact":
                 second.append(f"  [{snap.window}]", style="dim")
-        if self.position is not None:
-            start, cur, end = self.position
-            second.append(
-                f"  replay {fmt_ns(max(cur - start, 0))}/{fmt_ns(max(end - start, 0))}",
-                style="#a371f7",
-            )
         if self.recording:
             second.append(f"  ● REC {os.path.basename(self.recording)}", style="bold #f85149")
         if self.paused:
