@@ -7,6 +7,7 @@ This module and :mod:`gmpmon.capture.capture` are the only ones that know BCC.
 from __future__ import annotations
 
 import ctypes as ct
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from gmpmon.capture.sites import BinaryText, Site, call_result_site, call_sites,
 from gmpmon.capture.sites import probe_site as find_probe_site
 from gmpmon.errors import (
     CaptureError,
+    GmpmonError,
     KernelHeadersError,
     KernelSupportError,
     PermissionDenied,
@@ -270,7 +272,7 @@ class BpfProgram:
             try:
                 fd = self._link_multi(offsets, [HANDLERS.index(s.fn_name[7:]) for s in sites])
             except OSError as e:
-                raise CaptureError(f"cannot attach uprobes: {e}") from e
+                raise _attach_error(e) from e
             self._groups[group] = [fd]
             return
         fds: list[int] = []
@@ -280,6 +282,11 @@ class BpfProgram:
             ev = f"gmpmon_{os.getpid()}_{s.addr:x}".encode()
             pfd = self._lib.bpf_attach_uprobe(fn.fd, 0, ev, self.path.encode(), off, -1)
             if pfd < 0:
+                if not os.path.exists(UPROBE_PMU):
+                    raise KernelSupportError(
+                        f"this kernel cannot attach uprobes (no {UPROBE_PMU})",
+                        hint="needs CONFIG_UPROBES and CONFIG_UPROBE_EVENTS",
+                    )
                 raise CaptureError(f"cannot attach a uprobe on {s.role} at {s.addr:#x}")
             fds.append(pfd)
 
@@ -366,6 +373,22 @@ class BpfProgram:
             return [int(a) for a in self.bpf["stacks"].walk(stack_id)]
         except Exception:
             return []
+
+
+UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
+
+
+def _attach_error(e: OSError) -> GmpmonError:
+    """What a failed uprobe_multi link means to the user."""
+    if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS):
+        return KernelSupportError(
+            f"this kernel cannot attach uprobes ({e.strerror})",
+            hint="needs CONFIG_UPROBES; `gmpmon doctor` checks",
+        )
+    if e.errno in (errno.EPERM, errno.EACCES):
+        return PermissionDenied(f"attaching uprobes was refused ({e.strerror})",
+                                hint="needs root or CAP_BPF+CAP_PERFMON")
+    return CaptureError(f"cannot attach uprobes: {e}")
 
 
 def uprobe_multi_supported() -> bool:
