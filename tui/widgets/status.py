@@ -33,12 +33,7 @@ class StatusHeader(Widget):
         top.append(f"{exe} ")
         top.append(f"{h.go_version} ", style="bold #3fb950")
         top.append(f"GOMAXPROCS {gomaxprocs} ")
-        mode = h.mode
-        if h.duty_period_ms:
-            mode += f" {h.duty_window_ms}/{h.duty_period_ms}ms"
-        top.append(f"mode {mode}", style="#d29922")
-        if self.status:
-            top.append(f" · {self.status}", style="dim")
+        top.append(f"mode {h.mode}", style="#d29922")
 
         second = Text(no_wrap=True, overflow="ellipsis")
         if snap is None:
@@ -55,4 +50,8 @@ class StatusHeader(Widget):
             second.append(f"  ● REC {os.path.basename(self.recording)}", style="bold #f85149")
         if self.paused:
             second.append("  ❚❚ PAUSED", style="bold black on #d29922")
-        return Text("\n").join([top, second])
+        if self.status:
+            second.append(f"  {self.status}", style="#a371f7")
+        out = Text("\n", no_wrap=True, overflow="ellipsis").join([top, second])
+        out.no_wrap = True
+        return out
