@@ -6,6 +6,7 @@
 //
 //	-wait-stdin   block until a line (or EOF) arrives on stdin
 //	-delay D      sleep D after "ready"
+//	-trace FILE   run Go's own runtime/trace into FILE from then on (the benchmark's baseline)
 package gate
 
 import (
@@ -13,12 +14,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/trace"
 	"time"
 )
 
 var (
 	waitStdin = flag.Bool("wait-stdin", false, "after printing ready, wait for a line (or EOF) on stdin before working")
 	delay     = flag.Duration("delay", 0, "after printing ready, sleep this long before working")
+	traceTo   = flag.String("trace", "", "after ready, write a runtime/trace to this file (never stopped: for overhead only)")
 )
 
 // Ready prints "ready" and applies -wait-stdin / -delay.
@@ -29,6 +32,16 @@ func Ready() {
 	}
 	if *delay > 0 {
 		time.Sleep(*delay)
+	}
+	if *traceTo != "" {
+		f, err := os.Create(*traceTo)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gate: -trace:", err)
+			os.Exit(1)
+		}
 	}
 }
 
