@@ -26,7 +26,7 @@ import operator
 import struct
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, BinaryIO
 
@@ -202,7 +202,16 @@ def header_from_json(raw: bytes) -> tuple[Header, dict[str, Any]]:
 class RecordingWriter:
     """Append batches to a new recording file (0600, never through a symlink)."""
 
-    def __init__(self, path: str, header: Header, *, extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        header: Header,
+        *,
+        extra: dict[str, Any] | None = None,
+        stacks: Mapping[int, tuple[str, ...]] | None = None,
+    ) -> None:
+        """``stacks``: stack ids already defined by earlier batches of a live run (a recording
+        started mid-run), written first so that the file stands on its own."""
         self.path = path
         self.batches = 0
         self.events = 0
@@ -212,6 +221,8 @@ class RecordingWriter:
         self._write(
             PREAMBLE.pack(MAGIC, VERSION, 0) + HEADER_FRAME.pack(len(hj), zlib.crc32(hj)) + hj
         )
+        if stacks:
+            self.write(Batch([], dict(stacks)))
 
     def _write(self, data: bytes) -> None:
         if self._f is None:

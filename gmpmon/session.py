@@ -157,7 +157,8 @@ class LiveSession:
     def start_recording(self, path: str) -> None:
         with self._record_lock:
             if self._recorder is None:
-                self._recorder = RecordingWriter(path, self.header)
+                # Stacks defined by earlier batches: the new file must stand on its own.
+                self._recorder = RecordingWriter(path, self.header, stacks=dict(self.model.stacks))
 
     def stop_recording(self) -> str | None:
         with self._record_lock:

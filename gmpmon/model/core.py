@@ -82,13 +82,25 @@ LEGAL_G: dict[int, tuple[frozenset[int], int]] = {
     Kind.SYSCALL_EXIT: (frozenset({G_UNKNOWN, G_SYSCALL}), G_RUNNING),
     Kind.PREEMPTED: (frozenset({G_UNKNOWN, G_RUNNING}), G_RUNNABLE),
 }
-_FROM = {k: v[0] for k, v in LEGAL_G.items()}
+_FROM = {int(k): v[0] for k, v in LEGAL_G.items()}
 
 P_SAMPLE_STATUS_NAMES = ("_Pidle", "_Prunning", "_Psyscall", "_Pgcstop", "_Pdead")
 G_STATUS_RUNNING = 2
 G_STATUS_SYSCALL = 3
 
 _TS = itemgetter(0)
+K_EXECUTE, K_PARK, K_READY, K_GO_CREATE, K_GO_EXIT = (
+    int(Kind.EXECUTE),
+    int(Kind.PARK),
+    int(Kind.READY),
+    int(Kind.GO_CREATE),
+    int(Kind.GO_EXIT),
+)
+K_SYSCALL_ENTER, K_SYSCALL_EXIT, K_PREEMPTED = (
+    int(Kind.SYSCALL_ENTER),
+    int(Kind.SYSCALL_EXIT),
+    int(Kind.PREEMPTED),
+)
 
 
 class _G:
@@ -422,7 +434,7 @@ class Model:
             other = self._procs.get(gg.p)
             if other is not None and other.goid == g and other.state == P_RUNNING:
                 self._p_to(other, ts, P_UNKNOWN, 0)
-        self._g_to(gg, Kind.EXECUTE, G_RUNNING, ts)
+        self._g_to(gg, K_EXECUTE, G_RUNNING, ts)
         rts = gg.ready_ts
         pp = self._proc(p, ts) if p >= 0 else None
         if rts >= 0:
@@ -493,7 +505,7 @@ class Model:
     def _on_park(self, e: EventTuple) -> None:
         ts, _, p, _m, g, a0, _a1 = e
         gg = self._g(g, ts)
-        self._g_to(gg, Kind.PARK, G_WAITING, ts)
+        self._g_to(gg, K_PARK, G_WAITING, ts)
         gg.reason = a0
         gg.park_ts = ts
         gg.ready_ts = -1
@@ -504,7 +516,7 @@ class Model:
     def _on_ready(self, e: EventTuple) -> None:
         ts, _, _p, _m, g, _a0, a1 = e
         gg = self._g(g, ts)
-        self._g_to(gg, Kind.READY, G_RUNNABLE, ts)
+        self._g_to(gg, K_READY, G_RUNNABLE, ts)
         pts = gg.park_ts
         if pts >= 0:
             w = ts - pts
@@ -521,7 +533,7 @@ class Model:
         ts, _, _p, _m, g, a0, _a1 = e
         self.created += 1
         gg = self._g(g, ts)
-        self._g_to(gg, Kind.GO_CREATE, G_RUNNABLE, ts)
+        self._g_to(gg, K_GO_CREATE, G_RUNNABLE, ts)
         gg.parent = a0
         gg.ready_ts = ts
         gg.wake = WAKE_CREATED
@@ -537,7 +549,7 @@ class Model:
         else:
             gg = self._g(g, ts)
             del self._gs[g]
-        self._g_to(gg, Kind.GO_EXIT, G_DEAD, ts)
+        self._g_to(gg, K_GO_EXIT, G_DEAD, ts)
         self._leave_p(gg, p, ts)
         gg.ready_ts = gg.park_ts = -1
         self._dead.append(gg)
@@ -549,7 +561,7 @@ class Model:
         if a0:
             self.syscalls_blocking += 1
         gg = self._g(g, ts)
-        self._g_to(gg, Kind.SYSCALL_ENTER, G_SYSCALL, ts)
+        self._g_to(gg, K_SYSCALL_ENTER, G_SYSCALL, ts)
         if p < 0:
             p = gg.p
         if p >= 0:
@@ -562,7 +574,7 @@ class Model:
         ts, _, p, m, g, _a0, _a1 = e
         gg = self._g(g, ts)
         if p >= 0:
-            self._g_to(gg, Kind.SYSCALL_EXIT, G_RUNNING, ts)
+            self._g_to(gg, K_SYSCALL_EXIT, G_RUNNING, ts)
             gg.p = p
             pp = self._proc(p, ts)
             pp.m = m
@@ -570,7 +582,7 @@ class Model:
                 self._p_to(pp, ts, P_RUNNING, g)
         else:
             # The P was taken: it queues globally or grabs an idle P without execute.
-            self._g_to(gg, Kind.SYSCALL_EXIT, G_UNKNOWN, ts)
+            self._g_to(gg, K_SYSCALL_EXIT, G_UNKNOWN, ts)
 
     def _on_handoff(self, e: EventTuple) -> None:
         ts, _, p, _m, _g, _a0, _a1 = e
@@ -590,7 +602,7 @@ class Model:
         else:
             self.gosched += 1
         gg = self._g(g, ts)
-        self._g_to(gg, Kind.PREEMPTED, G_RUNNABLE, ts)
+        self._g_to(gg, K_PREEMPTED, G_RUNNABLE, ts)
         gg.ready_ts = ts
         gg.wake = WAKE_PREEMPTED if a0 else WAKE_GOSCHED
         self._leave_p(gg, p, ts)

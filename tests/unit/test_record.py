@@ -236,3 +236,15 @@ def test_arbitrary_bytes_after_magic(tmp_path: Path, tail: bytes) -> None:
     except RecordingError:
         return
     list(rec)
+
+
+def test_recording_started_mid_run_carries_known_stacks(tmp_path: Path) -> None:
+    known = {7: ("main.main", "main.hold", "sync.(*Mutex).Lock")}
+    path = tmp_path / "mid.gmp"
+    late = Batch([(100, int(Kind.MUTEX), 0, 1, 9, 500, 7)])  # uses stack 7, defined earlier
+    with RecordingWriter(str(path), HDR, stacks=known) as w:
+        w.write(late)
+    from gmpmon.replay import replay_all
+
+    snap = replay_all(read_recording(str(path)))
+    assert snap.mutex_stacks[0].stack == known[7]
