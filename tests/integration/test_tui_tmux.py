@@ -2,7 +2,7 @@
 
 What a user sees is checked on the captured pane: the Go version, one row per P, numbers that
 move; then `q` must end gmpmon quickly, leave the workload running and leave no uprobe behind
-(bpftool lists every perf-event attachment, ours are the ones on /proc/<target pid>/...).
+(uprobe_multi links and perf uprobes on the target's private copy of its binary).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.gotargets import build
+from tests.integration.test_hardening_common import uprobes_on
 
 pytestmark = pytest.mark.bpf
 
@@ -46,14 +47,16 @@ def _wait_for(session: str, pred: object, timeout: float) -> str:
     raise AssertionError(f"pane never matched within {timeout}s; last pane:\n{text}")
 
 
-def _our_uprobes(target_pid: int) -> list[str]:
-    out = subprocess.run(["bpftool", "perf"], capture_output=True, text=True).stdout
-    return [ln for ln in out.splitlines() if "uprobe" in ln and f"/proc/{target_pid}/" in ln]
+def _our_uprobes(target: subprocess.Popen[bytes]) -> list[str]:
+    return uprobes_on(target.pid, exe=str(target.args[0]))  # type: ignore[index]
 
 
 @pytest.fixture
-def workload() -> Iterator[subprocess.Popen[bytes]]:
-    exe = build("demo", go="1.27")
+def workload(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    # A private copy: uprobes live on the file's inode, so probes that other tests (or a
+    # crashed run) hold on the shared cached build cannot interfere with this one.
+    exe = tmp_path / "demo"
+    shutil.copy2(build("demo", go="1.27"), exe)
     proc = subprocess.Popen([str(exe)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)  # let the runtime start its Ps
     try:
@@ -65,7 +68,7 @@ def workload() -> Iterator[subprocess.Popen[bytes]]:
 
 @pytest.fixture
 def tmux_session() -> Iterator[str]:
-    if shutil.which("tmux") is None or shutil.which("bpftool") is None:
+    if shutil.which("tmux") is None or shutil.which("bpftool") is None:  # installed by setup
         pytest.skip("needs tmux and bpftool")
     name = f"gmpmon-test-{uuid.uuid4().hex[:8]}"
     yield name
@@ -107,7 +110,7 @@ def test_attach_tui_shows_every_p_and_quits_cleanly(
     b = _wait_for(tmux_session, settled, 10)
     assert sorted(_p_rows(a)) == list(range(nprocs))
     assert a != b, "nothing on screen changed in 1.5 s"
-    assert _our_uprobes(workload.pid), "no uprobes while attached: is this really live?"
+    assert _our_uprobes(workload), "no uprobes while attached: is this really live?"
 
     t0 = time.monotonic()
     _tmux("send-keys", "-t", tmux_session, "q")
@@ -118,7 +121,7 @@ def test_attach_tui_shows_every_p_and_quits_cleanly(
 
     time.sleep(0.5)
     assert workload.poll() is None, "the workload died when gmpmon detached"
-    assert _our_uprobes(workload.pid) == []
+    assert _our_uprobes(workload) == []
     assert took <= QUIT_BUDGET_S, (
         f"q took {took:.2f}s to exit (budget {QUIT_BUDGET_S}s); most of it is detaching "
         "the uprobes (session.close)"
