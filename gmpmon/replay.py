@@ -42,7 +42,14 @@ def replay_all(
 def stop_note(rec: Recording) -> str | None:
     """One line saying where and why a damaged recording stopped (None when it did not)."""
     if rec.error is None:
-        return None
+        if rec.complete:
+            return None
+        # No end frame: the writer never closed (gmpmon killed, machine down). Every batch
+        # written before that is whole (one write per frame), and all of them were used.
+        return (
+            f"{rec.path}: ends without its end frame (the recording was cut short, e.g. "
+            f"gmpmon was killed); replayed all {rec.batches_read} complete batches"
+        )
     return (
         f"{rec.path}: {rec.error}; replayed the {rec.batches_read} good batches before it "
         f"(stopped at byte {rec.stopped_at})"
