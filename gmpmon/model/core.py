@@ -101,6 +101,23 @@ K_SYSCALL_ENTER, K_SYSCALL_EXIT, K_PREEMPTED = (
     int(Kind.SYSCALL_EXIT),
     int(Kind.PREEMPTED),
 )
+# What the duty-cycled probes produce (capture/bpfprog.py: hot=True): the timeline. In a
+# windowed capture these count only inside windows; everything else counts all the time.
+HOT_KINDS = frozenset(
+    int(k)
+    for k in (
+        Kind.EXECUTE,
+        Kind.SCHED,
+        Kind.PARK,
+        Kind.READY,
+        Kind.GO_CREATE,
+        Kind.GO_EXIT,
+        Kind.SYSCALL_ENTER,
+        Kind.SYSCALL_EXIT,
+        Kind.PREEMPTED,
+        Kind.STEAL,
+    )
+)
 
 
 class _G:
@@ -279,7 +296,7 @@ class Model:
 
         self._p_status_map = self._p_status_decoder(header.p_status)
 
-        handlers: list[Handler | None] = [None] * 64
+        handlers: list[Handler | None] = [None] * 256
         for kind, fn in (
             (Kind.EXECUTE, self._on_execute),
             (Kind.SCHED, self._on_sched),
@@ -304,7 +321,14 @@ class Model:
             (Kind.WINDOW, self._on_window),
         ):
             handlers[kind] = fn
-        self._handlers = handlers
+        # Kinds only the hot (duty-cycled) probes emit. Between a WINDOW 0 and the next
+        # WINDOW 1 they are dropped: capture announces the window's end before it detaches,
+        # and a partial stream (parks and readies without executes) would be nonsense.
+        self._hot_table = handlers
+        self._cold_table = [None if k in HOT_KINDS else fn for k, fn in enumerate(handlers)]
+        # Mutated in place (slice assignment) so that _apply's local alias follows a WINDOW
+        # event in the middle of a chunk.
+        self._handlers = list(handlers if self._hot or not self._windows_seen else self._cold_table)
 
         for pid in range(max(header.gomaxprocs, 0)):
             self._procs[pid] = _P(pid, 0, max_spans)
@@ -346,7 +370,7 @@ class Model:
             self._first_ts = events[0][0]
         handlers = self._handlers
         for e in events:
-            fn = handlers[e[1]] if 0 <= e[1] < 64 else None
+            fn = handlers[e[1] & 0xFF]
             if fn is not None:
                 fn(e)
         last = events[-1][0]
@@ -389,7 +413,7 @@ class Model:
         gg.state = state
         gg.since = ts
 
-    def _p_to(self, pp: _P, ts: int, state: int, goid: int, exact: bool = True) -> None:
+    def _p_to(self, pp: _P, ts: int, state: int, goid: int, exact: bool | None = None) -> None:
         if self._stw_start >= 0 and pp.state == P_GCSTOP:
             pp.after = (state, goid)  # the world is stopped: resume in this state
             return
@@ -410,7 +434,9 @@ class Model:
         pp.state = state
         pp.goid = goid
         pp.since = ts
-        pp.exact = exact
+        # Time is counted when the state is known exactly: hot probes attached, or sample
+        # mode, where samples (and cold events) are all there is.
+        pp.exact = (self._hot or self._account_samples) if exact is None else exact
 
     def _leave_p(self, gg: _G, p: int, ts: int) -> None:
         """G stops running (park, preempt, exit): its P's RUNNING span ends, M searches."""
@@ -749,6 +775,7 @@ class Model:
             if self._hot:
                 return
             self._hot = True
+            self._handlers[:] = self._hot_table
             self._hot_since = ts
             self.windows += 1
             self._epoch += 1
@@ -759,6 +786,7 @@ class Model:
             if not self._hot:
                 return
             self._hot = False
+            self._handlers[:] = self._cold_table
             if self._hot_since >= 0:
                 self.windows_covered_ns += max(0, ts - self._hot_since)
             self._hot_since = -1

@@ -31,7 +31,16 @@ def replay(name: str) -> Snapshot:
 
 
 def test_fixtures_are_small_and_present() -> None:
-    assert {"sleeper", "mutex", "gc", "spawn", "fanout", "syscall", "demo-sample"} <= set(ALL)
+    assert {
+        "sleeper",
+        "mutex",
+        "gc",
+        "spawn",
+        "fanout",
+        "syscall",
+        "demo-sample",
+        "demo-default",
+    } <= set(ALL)
     for p in DATA.glob("*.gmp"):
         assert p.stat().st_size < 200_000, p
 
@@ -105,6 +114,18 @@ def test_sample_mode_times_come_from_samples() -> None:
         assert p.executes == 0  # no hot probes in sample mode
     assert any(p.running_ns > 0 for p in s.procs)
     assert s.mutex_contentions > 0  # the cold lockSlow probe is on in every mode
+
+
+def test_default_mode_counts_timeline_inside_windows_only() -> None:
+    s = replay("demo-default")  # demo, --mode default (200 ms of every 1 s), 4 s
+    assert s.window == "windows" and s.mode == "default"
+    assert 3 <= s.windows <= 6
+    assert 0.5 * 200e6 * s.windows <= s.windows_covered_ns <= 1.1 * 200e6 * s.windows
+    for p in s.procs:
+        total = p.running_ns + p.spinning_ns + p.idle_ns + p.syscall_ns + p.gcstop_ns
+        assert total <= s.windows_covered_ns
+    assert s.illegal_transitions == 0  # no partial streams from half-detached windows
+    assert s.stw_count > 0 and s.mutex_contentions > 0  # cold probes count all the time
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -359,6 +359,30 @@ def test_default_mode_counts_only_inside_windows() -> None:
     assert s.global_runq == 4 and s.npidle == 1
 
 
+def test_default_mode_drops_hot_events_after_the_window_closes() -> None:
+    # Capture announces WINDOW 0 and then detaches the hot probes one by one: for a while
+    # readies and parks still arrive, executes no longer. They must not count, nor be illegal.
+    s = run(
+        [
+            ev(0, Kind.WINDOW, a0=1),
+            ev(10, Kind.EXECUTE, p=0, m=100, g=5),
+            ev(20, Kind.PARK, p=0, m=100, g=5, a0=SLEEP),
+            ev(30, Kind.WINDOW, a0=0),
+            ev(31, Kind.READY, g=5, a1=SLEEP),
+            ev(32, Kind.PARK, p=1, m=101, g=5, a0=SLEEP),  # its execute was already detached
+            ev(33, Kind.HANDOFF, p=1),  # cold probe: still counted
+            ev(34, Kind.STW_START, a0=1),
+            ev(35, Kind.STW_END, a0=1, a1=1_000),
+        ],
+        mode="default",
+    )
+    assert s.illegal_transitions == 0
+    assert [(r.reason, r.count, r.wait_ns) for r in s.park_reasons] == [("sleep", 1, 0)]
+    assert s.handoffs == 1 and s.stw_count == 1
+    assert proc(s, 1).idle_ns == 0  # outside the window: shown, not counted
+    assert proc(s, 0).running_ns == 10_000 and s.windows_covered_ns == 30_000
+
+
 def test_sample_mode_state_times_from_samples() -> None:
     running = 1 | (2 << 8)
     syscall = 1 | (3 << 8)  # 1.26+: P stays _Prunning, curg is _Gsyscall
