@@ -4,7 +4,8 @@
 // that gmpmon notices a target that exits or execs.
 //
 //	-report D       print "ops <total> <unix ns>" every D (the progress rate)
-//	-exec PATH      after -after, replace this process with PATH (args after "--")
+//	-exec PATH      on SIGUSR1 (or after -after, if set), replace this process with PATH
+//	                (args after "--"); without -exec, SIGUSR1 makes it exit with -code
 //	-fork-every D   every D, run this binary again as a short-lived child (-child)
 //	-exit-after D   exit with -code after D
 package main
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,7 +55,7 @@ func child() {
 func main() {
 	report := flag.Duration("report", 100*time.Millisecond, "progress line interval")
 	execPath := flag.String("exec", "", "exec this binary after -after")
-	after := flag.Duration("after", time.Second, "delay before -exec")
+	after := flag.Duration("after", 0, "exec after D instead of on SIGUSR1")
 	forkEvery := flag.Duration("fork-every", 0, "run a child copy of this binary every D")
 	exitAfter := flag.Duration("exit-after", 0, "exit after D")
 	code := flag.Int("code", 0, "exit code for -exit-after")
@@ -76,14 +78,18 @@ func main() {
 			}
 		}()
 	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	var cue int32
+	go func() { <-usr1; atomic.StoreInt32(&cue, 1) }()
 	tick := time.NewTicker(*report)
 	for now := range tick.C {
 		fmt.Printf("ops %d %d\n", atomic.LoadInt64(&ops), now.UnixNano())
-		if *exitAfter > 0 && now.Sub(start) >= *exitAfter {
+		if (*exitAfter > 0 && now.Sub(start) >= *exitAfter) || (atomic.LoadInt32(&cue) == 1 && *execPath == "") {
 			fmt.Println("exiting")
 			os.Exit(*code)
 		}
-		if *execPath != "" && now.Sub(start) >= *after {
+		if *execPath != "" && (atomic.LoadInt32(&cue) == 1 || (*after > 0 && now.Sub(start) >= *after)) {
 			fmt.Println("exec", *execPath)
 			argv := append([]string{*execPath}, flag.Args()...)
 			err := syscall.Exec(*execPath, argv, os.Environ())
