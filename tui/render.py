@@ -103,11 +103,67 @@ def _running_colour(goid: int) -> str:
     return RUNNING_COLOURS[(goid * 2654435761 >> 7) % len(RUNNING_COLOURS)]
 
 
-def _cell_style(state: PState, goid: int) -> tuple[str, str]:
-    ch, colour = STATE_STYLE.get(state, STATE_STYLE[PState.UNKNOWN])
-    if state is PState.RUNNING:
-        colour = _running_colour(goid)
-    return ch, colour
+# One timeline cell: (state shown, goroutine for RUNNING/SYSCALL, height 1..8 of the glyph for
+# RUNNING/SYSCALL = the share of the cell's time the P spent in that state).
+Cell = tuple[PState, int, int]
+UNKNOWN_CELL: Cell = (PState.UNKNOWN, 0, 0)
+
+
+def _start(s: Span) -> int:
+    return s.start
+
+
+def cell_of(spans: Sequence[Span], lo: int, hi: int) -> Cell:
+    """What the cell [lo, hi) shows, from the P's spans (sorted, not overlapping).
+
+    Running time wins over everything but a stop-the-world: a P that ran goroutines for a
+    quarter of the cell shows a quarter-height green bar (at least the lowest one, however
+    brief the runs), whatever it did the rest of the time: a P of a mostly idle program is
+    mostly waiting in findRunnable between short runs, and the runs are the news. Syscall
+    time likewise, then the state that covered most of the cell.
+    """
+    i = max(bisect_right(spans, lo, key=_start) - 1, 0)
+    n = len(spans)
+    run: dict[int, int] = {}
+    sys: dict[int, int] = {}
+    other: dict[PState, int] = {}
+    while i < n:
+        s = spans[i]
+        i += 1
+        if s.start >= hi:
+            break
+        a, b = max(s.start, lo), min(s.end, hi)
+        if b <= a:
+            continue
+        if s.state is PState.RUNNING:
+            run[s.goid] = run.get(s.goid, 0) + (b - a)
+        elif s.state is PState.SYSCALL:
+            sys[s.goid] = sys.get(s.goid, 0) + (b - a)
+        else:
+            other[s.state] = other.get(s.state, 0) + (b - a)
+    length = hi - lo
+    for state, by_g in ((PState.RUNNING, run), (PState.SYSCALL, sys)):
+        total = sum(by_g.values())
+        if total > 0:
+            goid = max(by_g.items(), key=lambda kv: (kv[1], -kv[0]))[0]
+            return (state, goid, min(8, max(1, round(8 * total / length))))
+    if not other:
+        return UNKNOWN_CELL
+    state = max(other.items(), key=lambda kv: (kv[1], -int(kv[0])))[0]
+    return (state, 0, 8)
+
+
+def _overlay_stw(cells: list[Cell], stw: Iterable[tuple[int, int]], t0: int,
+                 cell_ns: float) -> None:
+    width = len(cells)
+    for a, b in stw:
+        a, b = max(a, t0), min(b, t0 + int(cell_ns * width))
+        if b <= a:
+            continue
+        i = int((a - t0) / cell_ns)
+        j = min(int((b - 1 - t0) / cell_ns), width - 1)
+        for k in range(i, j + 1):
+            cells[k] = (PState.GCSTOP, 0, 8)
 
 
 def timeline_cells(
@@ -116,80 +172,87 @@ def timeline_cells(
     t0: int,
     t1: int,
     width: int,
-) -> list[tuple[PState, int]]:
-    """What each of ``width`` cells covering [t0, t1) shows: (state, goid).
-
-    A cell shows the state that covered most of it (a busy P that is briefly idle still reads
-    as busy); cells not covered by any span are UNKNOWN. A cell touched by a stop-the-world
-    shows GCSTOP whatever the P did, since STW stops every P. With many more spans than cells
-    the dominant state is estimated from 8 samples per cell, so the cost stays bounded by the
-    width, not by the event rate.
-    """
+) -> list[Cell]:
+    """``width`` cells covering [t0, t1), each as :func:`cell_of` says; a cell touched by a
+    stop-the-world shows GCSTOP whatever the P did, since STW stops every P."""
     if width <= 0 or t1 <= t0:
         return []
     cell_ns = (t1 - t0) / width
-    cells: list[tuple[PState, int]] = [(PState.UNKNOWN, 0)] * width
-    starts = [s.start for s in spans]
-    first = max(bisect_right(starts, t0) - 1, 0)
-    last = bisect_right(starts, t1)
-    window = spans[first:last]
-    if len(window) <= 8 * width:
-        cover: list[dict[tuple[PState, int], float]] = [{} for _ in range(width)]
-        for s in window:
-            a, b = max(s.start, t0), min(s.end, t1)
-            if b <= a:
-                continue
-            key = (s.state, s.goid if s.state in (PState.RUNNING, PState.SYSCALL) else 0)
-            i = int((a - t0) / cell_ns)
-            j = min(int((b - t0) / cell_ns), width - 1)
-            for k in range(i, j + 1):
-                lo = max(a, t0 + k * cell_ns)
-                hi = min(b, t0 + (k + 1) * cell_ns)
-                if hi > lo:
-                    d = cover[k]
-                    d[key] = d.get(key, 0.0) + (hi - lo)
-        for k, d in enumerate(cover):
-            if d:
-                cells[k] = max(d.items(), key=lambda kv: kv[1])[0]
-    else:
-        wstarts = starts[first:last]
-        for k in range(width):
-            votes: dict[tuple[PState, int], int] = {}
-            for q in range(8):
-                t = t0 + (k + (q + 0.5) / 8) * cell_ns
-                idx = bisect_right(wstarts, t) - 1
-                if idx >= 0 and window[idx].end > t:
-                    s = window[idx]
-                    key = (s.state, s.goid if s.state in (PState.RUNNING, PState.SYSCALL) else 0)
-                    votes[key] = votes.get(key, 0) + 1
-            if votes:
-                cells[k] = max(votes.items(), key=lambda kv: kv[1])[0]
-    for a, b in stw:
-        a, b = max(a, t0), min(b, t1)
-        if b <= a:
-            continue
-        i = int((a - t0) / cell_ns)
-        j = min(int((b - t0) / cell_ns), width - 1)
-        for k in range(i, j + 1):
-            cells[k] = (PState.GCSTOP, 0)
+    cells = [cell_of(spans, t0 + int(k * cell_ns), t0 + int((k + 1) * cell_ns))
+             for k in range(width)]
+    _overlay_stw(cells, stw, t0, cell_ns)
     return cells
 
 
-def timeline_text(cells: Sequence[tuple[PState, int]]) -> Text:
+class TimelineGrid:
+    """Per-P timeline cells on a fixed time grid (cell n covers [n*cell_ns, (n+1)*cell_ns)).
+
+    A fixed grid keeps the strip from shimmering as ``now`` moves, and lets a finished cell be
+    computed once: each refresh only computes the cells that completed since the last one.
+    Going back in time (a replay seeking backwards) or a new cell size starts over.
+    """
+
+    def __init__(self) -> None:
+        self.cell_ns = 0
+        self.now = 0
+        self._done: dict[int, dict[int, Cell]] = {}
+
+    def row(self, p: int, spans: Sequence[Span], stw: Iterable[tuple[int, int]], now: int,
+            cell_ns: int, width: int) -> list[Cell]:
+        if cell_ns != self.cell_ns or now < self.now:
+            self._done.clear()
+            self.cell_ns = cell_ns
+        self.now = now
+        last = now // cell_ns  # the cell holding ``now``: not finished, never cached
+        first = last - width + 1
+        done = self._done.setdefault(p, {})
+        for n in [n for n in done if n < first]:
+            del done[n]
+        cells = []
+        for n in range(first, last + 1):
+            cell = done.get(n)
+            if cell is None:
+                cell = cell_of(spans, n * cell_ns, (n + 1) * cell_ns)
+                if n < last:
+                    done[n] = cell
+            cells.append(cell)
+        _overlay_stw(cells, stw, first * cell_ns, cell_ns)
+        return cells
+
+
+_GLYPH: dict[PState, tuple[str, str]] = {
+    PState.UNKNOWN: (" ", ""),
+    PState.SEARCHING: ("─", "#d29922"),
+    PState.IDLE: ("·", "#6e7681"),
+    PState.GCSTOP: ("█", "#f85149"),
+}
+
+
+def timeline_text(cells: Sequence[Cell]) -> Text:
     text = Text()
-    for state, goid in cells:
-        ch, colour = _cell_style(state, goid)
-        text.append(ch, style=colour or None)
+    for state, goid, level in cells:
+        if state is PState.RUNNING:
+            text.append(SPARK[level], style=_running_colour(goid))
+        elif state is PState.SYSCALL:
+            text.append(SPARK[level], style="#a371f7")
+        else:
+            ch, colour = _GLYPH.get(state, _GLYPH[PState.UNKNOWN])
+            text.append(ch, style=colour or None)
     return text
 
 
 def legend() -> Text:
-    text = Text()
-    for state in (PState.RUNNING, PState.SEARCHING, PState.IDLE, PState.SYSCALL, PState.GCSTOP):
-        ch, colour = STATE_STYLE[state]
-        text.append(ch * 2, style=colour)
-        word = "GC/STW" if state is PState.GCSTOP else STATE_WORD[state]
-        text.append(f" {word}  ")
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("▂▅█", style=RUNNING_COLOURS[0])
+    text.append(" running (height: share of the time)  ")
+    text.append("▂▅█", style="#a371f7")
+    text.append(" syscall  ")
+    text.append("──", style="#d29922")
+    text.append(" spinning  ")
+    text.append("··", style="#6e7681")
+    text.append(" idle  ")
+    text.append("██", style="#f85149")
+    text.append(" GC/STW")
     return text
 
 

@@ -3,40 +3,67 @@
 from __future__ import annotations
 
 from gmpmon.model.snapshot import LatencyStats, PState, Span
-from gmpmon.tui.render import bar, fmt_count, fmt_ns, latency_spark, short_stack, timeline_cells
+from gmpmon.tui.render import (
+    UNKNOWN_CELL,
+    TimelineGrid,
+    bar,
+    fmt_count,
+    fmt_ns,
+    latency_spark,
+    short_stack,
+    timeline_cells,
+)
 
 R, S, IDLE = PState.RUNNING, PState.SEARCHING, PState.IDLE
 
 
-def test_cell_shows_the_state_that_covered_most_of_it() -> None:
-    spans = [Span(0, 30, R, 7), Span(30, 100, S), Span(100, 190, IDLE), Span(190, 200, R, 8)]
-    cells = timeline_cells(spans, (), 0, 200, 2)
-    assert cells == [(S, 0), (IDLE, 0)]
-    assert timeline_cells(spans, (), 0, 200, 20)[0] == (R, 7)
-    assert timeline_cells(spans, (), 0, 200, 20)[-1] == (R, 8)
+def test_running_share_of_a_cell_is_its_height() -> None:
+    spans = [Span(0, 25, R, 7), Span(25, 100, S), Span(100, 200, R, 8)]
+    assert timeline_cells(spans, (), 0, 200, 2) == [(R, 7, 2), (R, 8, 8)]
+
+
+def test_brief_runs_still_show_and_otherwise_the_longest_state_wins() -> None:
+    spans = [Span(0, 2, R, 7), Span(2, 40, S), Span(40, 100, IDLE)]
+    assert timeline_cells(spans, (), 0, 100, 1) == [(R, 7, 1)]
+    spans = [Span(0, 40, S), Span(40, 100, IDLE)]
+    assert timeline_cells(spans, (), 0, 100, 1) == [(IDLE, 0, 8)]
+
+
+def test_syscall_time_shows_like_running_and_the_most_running_goroutine_names_the_cell() -> None:
+    spans = [Span(0, 10, R, 3), Span(10, 40, R, 4), Span(40, 100, PState.SYSCALL, 5)]
+    assert timeline_cells(spans, (), 0, 100, 1) == [(R, 4, 3)]
+    spans = [Span(0, 50, PState.SYSCALL, 5), Span(50, 100, IDLE)]
+    assert timeline_cells(spans, (), 0, 100, 1) == [(PState.SYSCALL, 5, 4)]
 
 
 def test_uncovered_time_is_unknown_and_spans_outside_are_ignored() -> None:
     spans = [Span(-500, -100, R, 1), Span(50, 100, R, 2)]
-    assert timeline_cells(spans, (), 0, 100, 4) == [(PState.UNKNOWN, 0)] * 2 + [(R, 2)] * 2
+    assert timeline_cells(spans, (), 0, 100, 4) == [UNKNOWN_CELL] * 2 + [(R, 2, 8)] * 2
 
 
 def test_stop_the_world_overrides_every_cell_it_touches() -> None:
     spans = [Span(0, 100, R, 1)]
     cells = timeline_cells(spans, [(52, 53)], 0, 100, 10)
-    assert cells[5] == (PState.GCSTOP, 0)
-    assert [c for i, c in enumerate(cells) if i != 5] == [(R, 1)] * 9
+    assert cells[5] == (PState.GCSTOP, 0, 8)
+    assert [c for i, c in enumerate(cells) if i != 5] == [(R, 1, 8)] * 9
 
 
-def test_many_tiny_spans_are_sampled_and_agree_with_the_exact_answer() -> None:
-    # 3 units running, 1 unit searching, repeated far more often than there are cells.
-    spans = []
-    for k in range(10_000):
-        spans += [Span(4 * k, 4 * k + 3, R, 5), Span(4 * k + 3, 4 * k + 4, S)]
-    cells = timeline_cells(spans, (), 0, 40_000, 10)  # 20000 spans > 8 * 10: sampled
-    assert cells == [(R, 5)] * 10
-    exact = timeline_cells(spans[:100], (), 0, 200, 10)  # 100 spans <= 8 * 10: exact
-    assert exact == [(R, 5)] * 10
+def test_grid_reuses_finished_cells_and_matches_a_full_recompute() -> None:
+    # A P alternating 3 units running / 5 searching, growing as snapshots come in.
+    spans: list[Span] = []
+    for k in range(400):
+        spans += [Span(8 * k, 8 * k + 3, R, k % 5 + 1), Span(8 * k + 3, 8 * k + 8, S)]
+    grid = TimelineGrid()
+    cell, width = 20, 30
+    for now in (100, 350, 351, 900, 2000, 1500, 3199):  # 1500: a replay seeking back
+        shown = [sp if sp.end <= now else Span(sp.start, now, sp.state, sp.goid)
+                 for sp in spans if sp.start < now]
+        stw = [(now - 50, now - 45)]
+        row = grid.row(0, shown, stw, now, cell, width)
+        first = (now // cell - width + 1) * cell
+        assert row == timeline_cells(shown, stw, first, first + cell * width, width), now
+    assert grid.row(0, [], (), 3300, cell, width)[-1] == UNKNOWN_CELL
+    assert len(grid._done[0]) <= width
 
 
 def test_bar_is_proportional_and_never_empty_for_nonzero() -> None:

@@ -13,16 +13,20 @@ from gmpmon.model.snapshot import PState, Snapshot
 from gmpmon.tui.render import (
     NS_PER_S,
     STATE_STYLE,
+    TimelineGrid,
     bar,
     fmt_count,
     fmt_ns,
     legend,
     proc_state_label,
-    timeline_cells,
     timeline_text,
 )
 
-TIMELINE_NS = 5 * NS_PER_S
+# The strip shows the last 5 s, or less when there is less history (just after attaching, in
+# a short recording, or when the model keeps fewer spans of a very busy P): the smallest of
+# these spans that holds the history, so the cell size changes rarely.
+TIMELINE_CHOICES_NS = tuple(int(f * NS_PER_S) for f in (0.1, 0.25, 0.5, 1, 2, 5))
+TIMELINE_NS = TIMELINE_CHOICES_NS[-1]
 RUNQ_BAR = 6
 WIDE = 110  # from this width on, the M and busy% columns are shown too
 
@@ -31,6 +35,10 @@ class ProcTable(Widget):
     """The per-P rows. Rendered as one Text so the timeline takes exactly the width left."""
 
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, layout=True)
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.grid = TimelineGrid()
 
     def render(self) -> Text:
         snap = self.snapshot
@@ -43,10 +51,9 @@ class ProcTable(Widget):
             fixed += 8 + 1 + 5 + 1
         tl_w = max(width - fixed, 0)
         t1 = snap.now
-        # Just after attaching (or in a short recording) there is less than TIMELINE_NS of
-        # history: zoom in on what there is rather than draw mostly empty strips.
         first = min((p.timeline[0].start for p in snap.procs if p.timeline), default=t1)
-        t0 = max(t1 - TIMELINE_NS, min(first, t1 - TIMELINE_NS // 100))
+        span_ns = next((c for c in TIMELINE_CHOICES_NS if c >= t1 - first), TIMELINE_NS)
+        cell_ns = -(-span_ns // tl_w) if tl_w else 1
         runq_full = max(8, *(p.runq for p in snap.procs)) if snap.procs else 8
 
         head = Text(style="bold dim", no_wrap=True)
@@ -55,7 +62,7 @@ class ProcTable(Widget):
         if wide:
             head.append(f"{'M':>8} {'busy':>5} ")
         if tl_w >= 12:
-            label = f"last {fmt_ns(t1 - t0)}"
+            label = f"last {fmt_ns(cell_ns * tl_w)}"
             head.append(label.ljust(tl_w - 3) + "now")
         lines = [head]
         for p in snap.procs:
@@ -74,9 +81,8 @@ class ProcTable(Widget):
                 busy = f"{100 * p.running_ns / total:.0f}%" if total else "-"
                 row.append(f"{p.m or '-':>8} {busy:>5} ")
             if tl_w > 0:
-                row.append_text(
-                    timeline_text(timeline_cells(p.timeline, snap.stw_spans, t0, t1, tl_w))
-                )
+                cells = self.grid.row(p.id, p.timeline, snap.stw_spans, t1, cell_ns, tl_w)
+                row.append_text(timeline_text(cells))
             lines.append(row)
         out = Text("\n", no_wrap=True, overflow="crop").join(lines)
         out.no_wrap = True
