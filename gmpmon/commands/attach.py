@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -109,13 +110,38 @@ def watch(session: LiveSession, args: argparse.Namespace, stop: threading.Event)
     """Show the session until --duration, a signal, or the target's exit."""
     if not args.no_tui and sys.stdout.isatty():
         try:
-            from gmpmon.tui.app import run_tui
+            from gmpmon.tui.app import make_app
         except ImportError:
             pass
         else:
-            run_tui(session)
+            tui(session, args, stop, make_app)
             return
     headless(session, args, stop)
+
+
+def tui(
+    session: LiveSession,
+    args: argparse.Namespace,
+    stop: threading.Event,
+    make_app: Callable[..., Any],
+) -> None:
+    """The TUI until the user quits it, or --duration / SIGTERM end it from outside."""
+    app = make_app(session)
+    done = threading.Event()
+    deadline = time.monotonic() + args.duration if args.duration else None
+
+    def watchdog() -> None:
+        while not done.is_set():
+            if stop.wait(0.2) or (deadline is not None and time.monotonic() >= deadline):
+                with contextlib.suppress(Exception):
+                    app.call_from_thread(app.exit)
+                return
+
+    threading.Thread(target=watchdog, name="gmpmon-tui-watchdog", daemon=True).start()
+    try:
+        app.run()
+    finally:
+        done.set()
 
 
 def headless(session: LiveSession, args: argparse.Namespace, stop: threading.Event) -> None:
