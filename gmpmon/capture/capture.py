@@ -73,6 +73,8 @@ class Capture:
         self.sampler: Sampler | None = None
         self.sampler_error = ""
         self.target_exited = False
+        self.exit_reason = ""  # "exited", or "exec'd another program"
+        self._exe_id: tuple[int, int] | None = None  # (dev, ino) of the image we probe
         self._q: queue.Queue[Batch | None] = queue.Queue(maxsize=512)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -110,6 +112,8 @@ class Capture:
     def start_sampler(self) -> None:
         """Open the target's memory (sample and default modes). For `run`, only after exec:
         /proc/PID/mem opened earlier keeps pointing at the pre-exec address space."""
+        if self._exe_id is None:
+            self._exe_id = _exe_id(self.pid)
         if self.mode == "full" or self.sampler is not None:
             return
         try:
@@ -210,13 +214,22 @@ class Capture:
             time.sleep(POLL_S)
 
     def _alive(self) -> bool:
+        """Still the process we attached to. An exec'd target counts as gone: the probes
+        sit in the old binary's inode and the sampler's offsets describe the old image."""
         try:
             with open(f"/proc/{self.pid}/stat", "rb") as f:
                 stat = f.read()
         except OSError:
+            self.exit_reason = self.exit_reason or "exited"
             return False
         # A zombie has exited: its memory is gone.
-        return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X"):
+            self.exit_reason = self.exit_reason or "exited"
+            return False
+        if self._exe_id is not None and _exe_id(self.pid) not in (self._exe_id, None):
+            self.exit_reason = self.exit_reason or "exec'd another program"
+            return False
+        return True
 
     def _detach_all_and_drain(self) -> None:
         if self.prog is None:
@@ -313,6 +326,14 @@ class Capture:
         if not frames:
             frames = ["[Missed User Stack]"]
         return tuple(reversed(frames))
+
+
+def _exe_id(pid: int) -> tuple[int, int] | None:
+    try:
+        st = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _ts(e: EventTuple) -> int:

@@ -11,6 +11,7 @@ instants. That is fine for a sampled picture; nothing here is used for exact cou
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import time
@@ -63,7 +64,11 @@ class Sampler:
             self._fd = -1
 
     def _read(self, addr: int, size: int) -> bytes:
-        return os.pread(self._fd, size, addr)
+        b = os.pread(self._fd, size, addr)
+        if len(b) < size:
+            # An exited (or exec'd) target's memory reads as empty, not as an error.
+            raise OSError(errno.EIO, f"short read of the target's memory at {addr:#x}")
+        return b
 
     def _u64(self, addr: int) -> int:
         v: int = _Q.unpack(self._read(addr, 8))[0]
