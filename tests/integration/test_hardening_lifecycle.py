@@ -1,0 +1,209 @@
+"""gmpmon dies hard, the target dies or changes, gmpmon is starved: the target never notices
+gmpmon, and gmpmon never loses what it captured.
+
+The workload is `lifecycle` (scripts/targets/lifecycle): a channel ping-pong that prints its
+own progress ("ops <total> <ns>") ten times a second, so its speed can be measured before,
+while and after gmpmon is attached, and that exits, execs or forks on cue. Each test runs a
+private copy of the binary, so the uprobes on that path are this test's alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gmpmon.record import read_recording
+from tests.gotargets import build
+from tests.integration.test_hardening_common import (
+    Target,
+    alive,
+    assert_nothing_left,
+    assert_one_clean_line,
+    bpf_fds,
+    need_bpftool,
+    private_copy,
+    run_gmpmon,
+    sigkill,
+    start_gmpmon,
+    start_target,
+    wait_attached,
+)
+
+pytestmark = pytest.mark.bpf
+
+GO = "1.27"
+# The machine is shared (2 cores, other test suites): speeds are compared with slack.
+SPEED_SLACK = 0.7
+
+
+def lifecycle(tag: str) -> Path:
+    need_bpftool()
+    return private_copy(build("lifecycle", GO), tag)
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def outputs(tmp_path: Path) -> tuple[list[str], dict[str, Path]]:
+    files = {
+        "--record": tmp_path / "r.gmp",
+        "--summary-json": tmp_path / "s.json",
+        "--folded": tmp_path / "m.folded",
+    }
+    args = [a for opt, p in files.items() for a in (opt, str(p))]
+    return args, files
+
+
+def check_outputs(files: dict[str, Path], *, complete: bool) -> dict[str, object]:
+    for p in files.values():
+        assert p.exists(), f"{p.name} was not written"
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+    summary: dict[str, object] = json.loads(files["--summary-json"].read_text())
+    rec = read_recording(str(files["--record"]))
+    batches = sum(1 for _ in rec)
+    assert batches > 0 and rec.error is None
+    assert rec.complete is complete
+    return summary
+
+
+# --- gmpmon dies hard ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sample", "default", "full"])
+def test_sigkill_of_gmpmon_leaves_the_target_at_full_speed(mode: str, tmp_path: Path) -> None:
+    exe = lifecycle(f"kill-{mode}")
+    t = start_target(exe)
+    rec = tmp_path / "r.gmp"
+    try:
+        before = t.ops_rate(1.5)
+        g = start_gmpmon("attach", str(t.pid), "--no-tui", "--mode", mode, "-d", "120",
+                         "--record", str(rec))
+        wait_attached(t.pid)
+        during = t.ops_rate(1.5)  # also lets the recording collect batches
+        size_at_kill = rec.stat().st_size
+        sigkill(g)
+        assert_nothing_left(t.pid, [g.pid], str(exe))
+        after = t.ops_rate(1.5)
+        print(f"{mode}: ops/s before {before:,.0f}, attached {during:,.0f}, "
+              f"after SIGKILL {after:,.0f}")
+        assert t.proc.poll() is None, "the target died with gmpmon"
+        assert after >= SPEED_SLACK * before, (before, during, after)
+    finally:
+        t.stop()
+    # The recording in progress: every complete batch reads back, and replay says where the
+    # recording stopped (no end frame: the writer was killed).
+    assert size_at_kill > 0
+    r = run_gmpmon("replay", str(rec), "--no-tui")
+    assert r.returncode == 0, r.stderr
+    note = assert_one_clean_line(r)
+    assert "end frame" in note or "stopped at byte" in note, note
+    assert "complete batches" in note or "good batches" in note, note
+    recording = read_recording(str(rec))
+    assert sum(1 for _ in recording) >= 1
+    assert not recording.complete
+
+
+# --- the target dies or changes ------------------------------------------------------------
+
+
+def watch_until_the_target_changes(
+    t: Target, exe: Path, tmp_path: Path, change: Callable[[], None], mode: str = "default"
+) -> tuple[subprocess.Popen[str], str, str, dict[str, Path], float]:
+    """Attach with every output requested, change the target, wait for gmpmon to end."""
+    args, files = outputs(tmp_path)
+    g = start_gmpmon("attach", str(t.pid), "--no-tui", "--mode", mode, "-d", "120",
+                     "--interval", "0.5", *args)
+    try:
+        wait_attached(t.pid)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        change()
+        out, err = g.communicate(timeout=60)
+        noticed = time.monotonic() - t0
+    finally:
+        if g.poll() is None:
+            sigkill(g)
+    assert "Traceback" not in err, err
+    return g, out, err, files, noticed
+
+
+@pytest.mark.parametrize("how", ["exits", "is-killed"])
+def test_target_exit_is_noticed_and_every_output_written(how: str, tmp_path: Path) -> None:
+    exe = lifecycle(f"exit-{how}")
+    t = start_target(exe, "-code", "3")
+    try:
+        # "exits": its own os.Exit(3), on cue; "is-killed": SIGKILL.
+        change = (lambda: os.kill(t.pid, signal.SIGUSR1)) if how == "exits" else t.proc.kill
+        g, out, err, files, noticed = watch_until_the_target_changes(t, exe, tmp_path, change)
+        t.proc.wait(10)
+    finally:
+        t.stop()
+    assert t.proc.returncode == (3 if how == "exits" else -signal.SIGKILL)
+    assert g.returncode == 0, err
+    assert f"target {t.pid} exited" in err, err
+    assert noticed < 5, f"gmpmon took {noticed:.1f}s to notice"
+    print(f"target {how}: gmpmon noticed and finished in {noticed:.2f}s")
+    check_outputs(files, complete=True)
+    assert "gmpmon: pid" in out  # the final report
+    assert_nothing_left(t.pid, [g.pid], str(exe))
+
+
+def test_target_exec_of_another_program_is_noticed(tmp_path: Path) -> None:
+    """After exec the pid runs another Go program: the probes are on the old binary and the
+    sampler's offsets describe the old image, so gmpmon must stop, not carry on reading."""
+    exe = lifecycle("exec")
+    other = private_copy(build("loop", GO), "exec-other")
+    t = start_target(exe, "-exec", str(other))
+    try:
+        g, _out, err, files, noticed = watch_until_the_target_changes(
+            t, exe, tmp_path, lambda: os.kill(t.pid, signal.SIGUSR1))
+        assert alive(t.pid), "the exec'd program died"
+        assert os.path.realpath(f"/proc/{t.pid}/exe") == str(other)
+        assert bpf_fds(t.pid) == []
+        assert_nothing_left(t.pid, [g.pid], str(exe))
+        assert_nothing_left(t.pid, [g.pid], str(other), settle_s=0)
+    finally:
+        t.stop()
+    assert g.returncode == 0, err
+    assert f"target {t.pid}" in err and ("exec" in err or "exited" in err), err
+    assert noticed < 5, f"gmpmon took {noticed:.1f}s to notice the exec"
+    print(f"exec noticed and finished in {noticed:.2f}s")
+    check_outputs(files, complete=True)
+
+
+def test_target_forking_children_is_followed_and_unharmed(tmp_path: Path) -> None:
+    """The target runs copies of itself (fork+exec) while attached: the probes sit in the
+    binary's inode, so the children hit them too; they must run unharmed and unrecorded,
+    and gmpmon keeps following the parent."""
+    exe = lifecycle("fork")
+    t = start_target(exe, "-fork-every", "200ms")
+    args, files = outputs(tmp_path)
+    g = start_gmpmon("attach", str(t.pid), "--no-tui", "--mode", "full", "-d", "4",
+                     "--interval", "0.5", *args)
+    try:
+        wait_attached(t.pid)
+        _out, err = g.communicate(timeout=60)
+        forks = [ln for _, ln in t.lines if ln.startswith("forked ")]
+        assert t.proc.poll() is None, "the parent died"
+    finally:
+        t.stop()
+    assert g.returncode == 0, err
+    assert "Traceback" not in err
+    assert len(forks) >= 10, forks
+    assert all(ln.endswith('"child done\\n" <nil>') for ln in forks), forks[-3:]
+    summary = check_outputs(files, complete=True)
+    target = summary["target"]
+    assert isinstance(target, dict) and target["pid"] == t.pid
+    assert_nothing_left(t.pid, [g.pid], str(exe))
