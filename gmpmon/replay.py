@@ -207,7 +207,8 @@ class ReplaySource:
                 model.feed(Batch(ev[:cut]))
             carry = ev[cut:]
         self._carry = carry
-        if not carry and self._pos >= self._end:
+        at_end = not carry and self._pos >= self._end
+        if at_end:
             model.flush()
-            self._at_end = True
         self._latest = model.snapshot()
+        self._at_end = at_end  # after the snapshot: "end" in status() means it is there

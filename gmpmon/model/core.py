@@ -83,6 +83,7 @@ LEGAL_G: dict[int, tuple[frozenset[int], int]] = {
     Kind.PREEMPTED: (frozenset({G_UNKNOWN, G_RUNNING}), G_RUNNABLE),
 }
 _FROM = {int(k): v[0] for k, v in LEGAL_G.items()}
+_FROM_EXECUTE, _FROM_PARK, _FROM_READY = _FROM[Kind.EXECUTE], _FROM[Kind.PARK], _FROM[Kind.READY]
 
 P_SAMPLE_STATUS_NAMES = ("_Pidle", "_Prunning", "_Psyscall", "_Pgcstop", "_Pdead")
 G_STATUS_RUNNING = 2
@@ -442,7 +443,7 @@ class Model:
         """G stops running (park, preempt, exit): its P's RUNNING span ends, M searches."""
         if p >= 0:
             # The event names the P: its M is entering schedule() whatever we thought.
-            pp = self._proc(p, ts)
+            pp = self._procs.get(p) or self._proc(p, ts)
             if pp.state != P_SEARCHING:
                 self._p_to(pp, ts, P_SEARCHING, 0)
             return
@@ -454,15 +455,20 @@ class Model:
 
     def _on_execute(self, e: EventTuple) -> None:
         ts, _, p, m, g, _a0, a1 = e
-        gg = self._g(g, ts)
+        gg = self._gs.get(g)
+        if gg is None or gg.epoch != self._epoch:
+            gg = self._g(g, ts)
         if gg.state == G_RUNNING and gg.p != p and gg.p >= 0:
             # Still running elsewhere: we missed how it left that P.
             other = self._procs.get(gg.p)
             if other is not None and other.goid == g and other.state == P_RUNNING:
                 self._p_to(other, ts, P_UNKNOWN, 0)
-        self._g_to(gg, K_EXECUTE, G_RUNNING, ts)
+        if gg.state not in _FROM_EXECUTE:
+            self.illegal += 1
+        gg.state = G_RUNNING
+        gg.since = ts
         rts = gg.ready_ts
-        pp = self._proc(p, ts) if p >= 0 else None
+        pp = (self._procs.get(p) or self._proc(p, ts)) if p >= 0 else None
         if rts >= 0:
             lat = ts - rts
             if lat < 4:
@@ -530,8 +536,13 @@ class Model:
 
     def _on_park(self, e: EventTuple) -> None:
         ts, _, p, _m, g, a0, _a1 = e
-        gg = self._g(g, ts)
-        self._g_to(gg, K_PARK, G_WAITING, ts)
+        gg = self._gs.get(g)
+        if gg is None or gg.epoch != self._epoch:
+            gg = self._g(g, ts)
+        if gg.state not in _FROM_PARK:
+            self.illegal += 1
+        gg.state = G_WAITING
+        gg.since = ts
         gg.reason = a0
         gg.park_ts = ts
         gg.ready_ts = -1
@@ -541,8 +552,13 @@ class Model:
 
     def _on_ready(self, e: EventTuple) -> None:
         ts, _, _p, _m, g, _a0, a1 = e
-        gg = self._g(g, ts)
-        self._g_to(gg, K_READY, G_RUNNABLE, ts)
+        gg = self._gs.get(g)
+        if gg is None or gg.epoch != self._epoch:
+            gg = self._g(g, ts)
+        if gg.state not in _FROM_READY:
+            self.illegal += 1
+        gg.state = G_RUNNABLE
+        gg.since = ts
         pts = gg.park_ts
         if pts >= 0:
             w = ts - pts
