@@ -90,6 +90,7 @@ G_STATUS_RUNNING = 2
 G_STATUS_SYSCALL = 3
 
 _TS = itemgetter(0)
+MAX_PROCS = 1 << 14  # P ids at or above this are treated as corrupt input
 K_EXECUTE, K_PARK, K_READY, K_GO_CREATE, K_GO_EXIT = (
     int(Kind.EXECUTE),
     int(Kind.PARK),
@@ -331,7 +332,8 @@ class Model:
         # event in the middle of a chunk.
         self._handlers = list(handlers if self._hot or not self._windows_seen else self._cold_table)
 
-        for pid in range(max(header.gomaxprocs, 0)):
+        self._void_p = _P(-1, 0, 1)
+        for pid in range(min(max(header.gomaxprocs, 0), MAX_PROCS)):
             self._procs[pid] = _P(pid, 0, max_spans)
 
     # ------------------------------------------------------------------ input
@@ -388,6 +390,11 @@ class Model:
     def _proc(self, pid: int, ts: int) -> _P:
         pp = self._procs.get(pid)
         if pp is None:
+            if pid >= MAX_PROCS:
+                # Not a P id any runtime hands out (a corrupt or hostile recording): keep
+                # memory bounded, send it to a P that is never shown.
+                self.illegal += 1
+                return self._void_p
             pp = self._procs[pid] = _P(pid, ts, self.max_spans)
             if self._stw_start >= 0:
                 pp.state = P_GCSTOP
