@@ -1,22 +1,64 @@
-"""Capture docs/screenshot.svg from the real app attached to a live Go program (needs root).
+"""Capture docs/screenshot.svg (and .png) from the real app attached to a live Go program.
 
-    sudo .venv/bin/python -m tests.tui.screenshot PID [--mode default] [--after 8] \
-        [--key 1] [--size 100x30] [-o docs/screenshot.svg]
+    GOMAXPROCS=8 ./demo &      # a private copy of build("demo"): uprobes live on the inode
+    sudo .venv/bin/python -m tests.tui.screenshot $! --size 112x30 -o docs/screenshot.svg
 
 The app runs headless (Textual's test driver) on a real LiveSession, so the picture is what a
-terminal of that size shows; `rsvg-convert docs/screenshot.svg -o docs/screenshot.png` makes
-the PNG.
+terminal of that size shows. The PNG is made with rsvg-convert (Debian: librsvg2-bin), which
+ignores SVG ``textLength`` and collapses leading no-break spaces: the SVG it is handed places
+every character at its own x, so columns line up as in the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import html
+import re
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 from gmpmon.binary import load_pid
 from gmpmon.session import LiveSession
 from gmpmon.tui.app import make_app
+
+_TEXT = re.compile(
+    r'<text([^>]*?) x="([0-9.]+)"([^>]*?) textLength="([0-9.]+)"([^>]*)>([^<]*)</text>'
+)
+
+
+def per_char_svg(svg: str) -> str:
+    """The same picture with one <text> per character at its own x (for rsvg)."""
+
+    def split(m: re.Match[str]) -> str:
+        pre, x, mid, length, post, content = m.groups()
+        chars = html.unescape(content)
+        if not chars:
+            return ""
+        w = float(length) / len(chars)
+        return "".join(
+            f'<text{pre} x="{float(x) + i * w:.1f}"{mid}{post}>{html.escape(ch)}</text>'
+            for i, ch in enumerate(chars)
+            if ch not in " \u00a0"
+        )
+
+    return _TEXT.sub(split, svg)
+
+
+def to_png(svg_path: str) -> str | None:
+    if shutil.which("rsvg-convert") is None:
+        return None
+    src = Path(svg_path)
+    tmp = src.with_suffix(".rsvg.svg")
+    png = src.with_suffix(".png")
+    tmp.write_text(per_char_svg(src.read_text()))
+    try:
+        subprocess.run(["rsvg-convert", str(tmp), "-o", str(png)], check=True)
+    finally:
+        tmp.unlink()
+    return str(png)
 
 
 async def shoot(session: LiveSession, keys: list[str], size: tuple[int, int], out: str) -> None:
@@ -48,6 +90,9 @@ def main() -> None:
     finally:
         session.close()
     print(args.output)
+    png = to_png(args.output)
+    if png:
+        print(png)
 
 
 if __name__ == "__main__":
