@@ -84,12 +84,21 @@ class Target:
 
     def ops_rate(self, seconds: float) -> float:
         """ops/s of a `lifecycle` target over the next `seconds` (its own clock)."""
+        return self.rates(seconds)[0]
+
+    def rates(self, seconds: float) -> tuple[float, float]:
+        """(ops per wall second, ops per CPU second of the target) of a `lifecycle` target
+        over the next `seconds`. Per CPU second does not depend on how busy the (shared)
+        machine is, and any probe left in the target shows in it as the target's own time."""
         n0 = len(self.lines)
+        c0 = cpu_s(self.pid)
         time.sleep(seconds)
+        c1 = cpu_s(self.pid)
         pts = [p for _, ln in self.lines[n0:] if (p := _ops(ln)) is not None]
         assert len(pts) >= 2, f"too few progress lines: {self.lines[n0:]}"
         (o0, t0), (o1, t1) = pts[0], pts[-1]
-        return (o1 - o0) / ((t1 - t0) / 1e9)
+        ops = o1 - o0
+        return ops / ((t1 - t0) / 1e9), ops * (seconds / ((t1 - t0) / 1e9)) / max(c1 - c0, 0.01)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -99,6 +108,13 @@ class Target:
             self._reader.join(5)
 
 
+def cpu_s(pid: int) -> float:
+    """User+system CPU seconds of a process, all its threads."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _ops(line: str) -> tuple[int, int] | None:
     w = line.split()
     if len(w) == 3 and w[0] == "ops":
@@ -106,10 +122,11 @@ def _ops(line: str) -> tuple[int, int] | None:
     return None
 
 
-def start_target(exe: Path | str, *args: str, wait_ready: bool = True) -> Target:
+def start_target(exe: Path | str, *args: str, wait_ready: bool = True,
+                 env: dict[str, str] | None = None) -> Target:
     proc = subprocess.Popen(
         [str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, env=dict(os.environ, **(env or {})),
     )
     t = Target(proc)
     t._reader = threading.Thread(target=t._read, daemon=True)
