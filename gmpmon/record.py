@@ -45,7 +45,7 @@ END_FRAME = struct.Struct("<2sII")  # tag, batches, crc
 MAX_FRAME = 64 << 20  # bytes of compressed payload; a hostile length stops the reader here
 MAX_EVENTS = 16 << 20  # per batch (decompressed size is bounded by this too)
 MAX_HEADER = 16 << 20
-ZLIB_LEVEL = 6
+ZLIB_LEVEL = 1  # 1.9 M events/s at 1.7 B/event; level 6: 1.3 M/s at 1.4 B/event
 
 # Column type codes: width chosen per column per batch.
 _UNSIGNED = ("B", "H", "I", "Q")
