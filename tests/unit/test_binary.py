@@ -8,9 +8,12 @@ default-build twin (same code, same addresses: checked by test_stripped_twin_sam
 
 from __future__ import annotations
 
+import atexit
 import functools
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +33,17 @@ MATRIX = gotargets.matrix()
 IDS = [f"go{v}-{m}" for v, m in MATRIX]
 
 
+SNAPSHOTS = Path(tempfile.mkdtemp(prefix="gmpmon-test-binary-"))
+atexit.register(shutil.rmtree, SNAPSHOTS, True)
+
+
 @functools.cache
 def binary(version: str, mode: str) -> Path:
-    return gotargets.build(WORKLOAD, go=version, mode=mode)
+    """A private copy of the build: every truth in this module reads the very same bytes,
+    even if the workload is rebuilt meanwhile (its sources changed under a long run)."""
+    out = SNAPSHOTS / f"go{version}-{mode}"
+    shutil.copy2(gotargets.build(WORKLOAD, go=version, mode=mode), out)
+    return out
 
 
 @functools.cache
@@ -433,3 +444,30 @@ def test_inspect_of_a_2mb_binary_is_fast() -> None:
     elapsed = time.perf_counter() - t
     assert exe.stat().st_size < 4 << 20
     assert elapsed < 1.0, f"load took {elapsed:.2f} s"
+
+
+@pytest.mark.parametrize("version", gotargets.versions())
+def test_pclntab_abi_wrappers_resolve_to_the_body(version: str) -> None:
+    """pclntab lists an ABI wrapper under its body's name. resolve() must pick the body: for a
+    Go function the ABIInternal copy (its `.abi0` wrapper calls it), for an assembly function
+    the `.abi0` copy (its ABIInternal wrapper calls it). Truth: the twin's .symtab names and
+    `go tool objdump`, which shows which copy calls the other."""
+    from gmpmon.binary.load import _Funcs
+
+    stripped = binary(version, "stripped")
+    funcs = _Funcs(Elf(binary_bytes(str(stripped)), str(stripped)))
+    assert not funcs.from_symtab
+    truth = nm(version, "default")
+    dups = [
+        n for n, c in funcs.by_name.items() if len(c) > 1 and n in truth and n + ".abi0" in truth
+    ]
+    assert len(dups) >= 5, dups
+    regex = "^(" + "|".join(re.escape(n) for n in dups) + ")$"
+    dump = run_go(version, "tool", "objdump", "-s", regex, str(binary(version, "default")))
+    bodies = dump.split("\nTEXT ")
+    for name in dups:
+        text = next(b for b in bodies if b.removeprefix("TEXT ").startswith(name + "(SB)"))
+        plain_is_wrapper = f"{name}.abi0(SB)" in text
+        want = truth[name + ".abi0" if plain_is_wrapper else name][0]
+        got = funcs.resolve(name)
+        assert got is not None and got[0] == want, (name, plain_is_wrapper)
