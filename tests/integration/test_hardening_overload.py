@@ -1,0 +1,111 @@
+"""Overload: when events come faster than gmpmon reads them, the kernel drops them (the ring
+buffer is full: bpf_ringbuf_reserve fails and the probe counts a loss), gmpmon reports how
+many (LOST), its memory stays bounded, and the target does not slow down for it.
+
+gmpmon's reader is starved for real: the gmpmon process is SIGSTOPped for a few seconds
+while every hot probe (--mode full) fires on a channel ping-pong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.gotargets import build
+from tests.integration.test_hardening_common import (
+    assert_nothing_left,
+    need_bpftool,
+    private_copy,
+    sigkill,
+    start_gmpmon,
+    start_target,
+    wait_attached,
+)
+
+pytestmark = pytest.mark.bpf
+
+STOP_S = 3.0
+RSS_LIMIT_MB = 600  # absolute; the growth limit below is the real test
+RSS_GROWTH_MB = 150  # from the end of the starvation to the end of the run
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class RssWatch(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples: list[tuple[float, float]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            mb = rss_mb(self.pid)
+            if mb:
+                self.samples.append((time.monotonic(), mb))
+
+
+def test_starved_reader_drops_in_kernel_reports_lost_and_target_runs_on(tmp_path: Path) -> None:
+    need_bpftool()
+    exe = private_copy(build("lifecycle", "1.27"), "overload")
+    t = start_target(exe, env={"GOMAXPROCS": "1"})
+    summary = tmp_path / "s.json"
+    g = start_gmpmon("attach", str(t.pid), "--no-tui", "--mode", "full", "-d", "14",
+                     "--interval", "0.5", "--summary-json", str(summary))
+    watch = RssWatch(g.pid)
+    try:
+        wait_attached(t.pid)
+        watch.start()
+        time.sleep(0.5)
+        attached = t.rates(1.5)
+        os.kill(g.pid, signal.SIGSTOP)
+        try:
+            starved = t.rates(STOP_S)
+        finally:
+            os.kill(g.pid, signal.SIGCONT)
+        resumed_at = time.monotonic()
+        out, err = g.communicate(timeout=120)
+    finally:
+        watch.done.set()
+        if g.poll() is None:
+            sigkill(g)
+        t.stop()
+    assert g.returncode == 0, err
+    assert "Traceback" not in err
+
+    # The target did not slow down while gmpmon was not reading.
+    print(f"ops per target CPU-second: gmpmon reading {attached[1]:,.0f}, "
+          f"gmpmon stopped {starved[1]:,.0f}")
+    assert starved[1] >= 0.7 * attached[1], (attached, starved)
+
+    # Dropped in the kernel, counted, and shown: summary JSON, the report, interval lines.
+    s = json.loads(summary.read_text())
+    lost = s["events"]["lost"]
+    print(f"events {s['events']['total']:,}, lost {lost:,}")
+    assert lost > 0
+    assert f"{lost} LOST" in out, out[-2000:]
+    assert any(int(n) > 0 for n in re.findall(r"\blost=(\d+)", out)), out[:2000]
+
+    # Memory: bounded, and flat once the backlog is read.
+    after = [mb for ts, mb in watch.samples if ts >= resumed_at + 2.0]
+    peak = max(mb for _, mb in watch.samples)
+    print(f"gmpmon RSS: peak {peak:.0f} MB, from 2 s after the starvation "
+          f"{min(after):.0f}..{max(after):.0f} MB")
+    assert peak < RSS_LIMIT_MB
+    assert after and max(after) - min(after) < RSS_GROWTH_MB
+    assert_nothing_left(t.pid, [g.pid], str(exe))
