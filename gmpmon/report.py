@@ -224,6 +224,8 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         f"{st.goroutines} goroutines taken"
     )
     ids = sorted({k[0] for k in st.matrix} | {k[1] for k in st.matrix})
+    if not st.goroutines:
+        ids = []  # only failed attempts: nothing to draw
     if ids and len(ids) <= 12:
         add("  goroutines taken, thief (row) from victim (column):")
         add("  " + "thief".ljust(6) + "".join(f"{'P' + str(v):>6}" for v in ids))
