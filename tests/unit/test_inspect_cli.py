@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from gmpmon.binary import load
-from gmpmon.errors import BinaryFormatError, NotGoError, TargetError, UnsupportedError
+from gmpmon.errors import (
+    BinaryFormatError,
+    MissingSymbolsError,
+    NotGoError,
+    TargetError,
+    UnsupportedError,
+)
 from tests import gotargets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,3 +151,30 @@ def test_other_architectures(goarch: str, name: str) -> None:
     r = inspect(str(cross_build(goarch)))
     assert_one_line_error(r, UnsupportedError.exit_code, name)
     assert "amd64" in r.stderr
+
+
+def _patched(tmp_path: Path, mode: str, old: bytes, new: bytes, section: str) -> Path:
+    from gmpmon.binary.elf import Elf
+
+    data = bytearray(go_exe(mode).read_bytes())
+    sec = Elf(bytes(data), "x").section(section)
+    assert sec is not None
+    at = data.index(old, sec.offset, sec.offset + sec.size)
+    data[at : at + len(old)] = new
+    p = tmp_path / f"patched-{mode}"
+    p.write_bytes(bytes(data))
+    return p
+
+
+def test_missing_required_runtime_function_is_named(tmp_path: Path) -> None:
+    # rename the symbol in .strtab: as if the linker had dropped or the compiler inlined it
+    p = _patched(tmp_path, "default", b"runtime.handoffp\0", b"runtime.handoffq\0", ".strtab")
+    r = inspect(str(p))
+    assert_one_line_error(r, MissingSymbolsError.exit_code, "runtime.handoffp")
+
+
+@pytest.mark.parametrize(("fake", "needle"), [(b"go1.17", "1.19 or newer"), (b"go1.20", "1.20")])
+def test_unsupported_go_versions(tmp_path: Path, fake: bytes, needle: str) -> None:
+    real = load(str(go_exe("stripped"))).go_version.encode()
+    p = _patched(tmp_path, "stripped", real[:6], fake, ".go.buildinfo")
+    assert_one_line_error(inspect(str(p)), UnsupportedError.exit_code, needle)
