@@ -47,10 +47,12 @@ struct gm_stamp {
     u32 gen;
     u32 reason;
 };
-/* goid -> when it became runnable (ready / preempted / created): sched latency at execute. */
-BPF_TABLE("lru_hash", u64, struct gm_stamp, runnable_at, 65536);
+/* goid -> when it became runnable (ready / preempted / created): sched latency at execute.
+ * LRU: an entry whose goroutine is never seen again ages out. BPF_F_NO_COMMON_LRU (per-CPU
+ * LRU lists) avoids one global lock taken on every hot hit. */
+BPF_F_TABLE("lru_hash", u64, struct gm_stamp, runnable_at, 65536, BPF_F_NO_COMMON_LRU);
 /* goid -> when and why it parked: park->ready wait per reason. */
-BPF_TABLE("lru_hash", u64, struct gm_stamp, parked_at, 65536);
+BPF_F_TABLE("lru_hash", u64, struct gm_stamp, parked_at, 65536, BPF_F_NO_COMMON_LRU);
 
 /* Steal in flight on this M (keyed by TID: runqsteal runs on g0 and does not migrate). */
 struct gm_steal { s32 thief; s32 victim; };

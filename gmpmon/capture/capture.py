@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from operator import itemgetter
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
@@ -31,6 +32,7 @@ COUNTER_NS = 100_000_000
 # is released once it is this much older than the newest poll.
 REORDER_NS = 3_000_000
 U64 = (1 << 64) - 1
+_MUTEX = int(Kind.MUTEX)
 
 
 @dataclass
@@ -282,7 +284,7 @@ class Capture:
         pend = self._pending
         if not pend:
             return
-        pend.sort(key=_ts)
+        pend.sort(key=_TS)
         cut = len(pend) if watermark is None else _bisect_ts(pend, watermark)
         if not cut:
             return
@@ -295,9 +297,13 @@ class Capture:
         """MUTEX records carry (caller pc << 16 | kernel stack id): give each distinct pair a
         small stack id and symbolize it once, root first."""
         new: dict[int, tuple[str, ...]] = {}
-        for i, e in enumerate(events):
-            if e[1] != Kind.MUTEX:
+        kinds = list(map(_KIND, events))  # C-level scan: MUTEX records are rare
+        if _MUTEX not in kinds:
+            return new
+        for i, k in enumerate(kinds):
+            if k != _MUTEX:
                 continue
+            e = events[i]
             word = e[6]
             sid = self._stack_ids.get(word)
             if sid is None:
@@ -336,8 +342,8 @@ def _exe_id(pid: int) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def _ts(e: EventTuple) -> int:
-    return e[0]
+_TS = itemgetter(0)
+_KIND = itemgetter(1)
 
 
 def _bisect_ts(events: list[EventTuple], ts: int) -> int:
