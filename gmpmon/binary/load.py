@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 from pathlib import Path
 
@@ -267,8 +269,19 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
     )
 
 
+MAX_FILE = 4 << 30
+
+
 def read_file(path: str) -> bytes:
     try:
+        # stat first: opening a FIFO would block, reading /dev/zero would never end
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise NotGoError(f"{path} is a directory, not a Go program")
+        if not stat.S_ISREG(st.st_mode):
+            raise NotGoError(f"{path} is not a regular file, so not a Go program")
+        if st.st_size > MAX_FILE:
+            raise UnsupportedError(f"{path}: {st.st_size >> 20} MiB is too large for an executable")
         with open(path, "rb") as f:
             return f.read()
     except FileNotFoundError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,11 @@ def test_unsupported_go_versions(tmp_path: Path, fake: bytes, needle: str) -> No
     real = load(str(go_exe("stripped"))).go_version.encode()
     p = _patched(tmp_path, "stripped", real[:6], fake, ".go.buildinfo")
     assert_one_line_error(inspect(str(p)), UnsupportedError.exit_code, needle)
+
+
+def test_special_files_are_refused_without_reading(tmp_path: Path) -> None:
+    # reading /dev/zero would never end, opening a FIFO would block
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for p in ("/dev/zero", str(fifo)):
+        assert_one_line_error(inspect(p), NotGoError.exit_code, "not a regular file")
