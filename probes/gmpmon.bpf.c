@@ -9,8 +9,10 @@
  *   G_M G_GOID G_WAITREASON                 runtime.g fields (go-runtime.md §2.1)
  *   M_PROCID M_CURG M_P                     runtime.m fields
  *   P_ID P_M P_RUNQHEAD P_RUNQTAIL P_RUNNEXT runtime.p fields
- *   SCHED_RUNQSIZE_ADDR  runtime address of sched.runqsize (<=1.24) / sched.runq.size
- *                     (1.25+), an int32; 0 when unknown (stripped binary: no .symtab).
+ *   HAVE_RUNQSIZE     1 when sched.runqsize (<=1.24) / sched.runq.size (1.25+) can be read:
+ *                     its runtime address is in runq_addr[0], set by user space (for a PIE
+ *                     started by `gmpmon run` it is known only after exec). 0 for stripped
+ *                     binaries (no runtime.sched symbol).
  *   STW_HAS_REASON    1 when stopTheWorldWithSema(reason stwReason) has AL=reason (1.21+).
  *   LOCK_RA_OFF       where lockSlow's return address is relative to RSP at its probe site:
  *                     0 at `push rbp` (1.21+ prologues); the frame size when the site is
@@ -41,6 +43,8 @@ BPF_HASH(counters, u64, u64, 16384);
  * again (default mode's duty cycle), so that a timestamp left by the previous window is never
  * paired with an event of this one (the events in between were not seen). */
 BPF_ARRAY(cfg, u32, 1);
+/* runq_addr[0] = runtime address of the global runq length (an int32), 0 = unknown. */
+BPF_ARRAY(runq_addr, u64, 1);
 
 struct gm_stamp {
     u64 ts;
@@ -180,11 +184,13 @@ static __always_inline u64 gm_runqlen(u64 pp)
 
 static __always_inline u64 gm_globrunq(void)
 {
-#if SCHED_RUNQSIZE_ADDR
-    return (u64)(s64)(s32)rd32(SCHED_RUNQSIZE_ADDR);
-#else
-    return (u64)-1;
+#if HAVE_RUNQSIZE
+    int zero = 0;
+    u64 *a = runq_addr.lookup(&zero);
+    if (a && *a)
+        return (u64)(s64)(s32)rd32(*a);
 #endif
+    return (u64)-1;
 }
 
 static __always_inline u64 gm_goid(u64 gp)

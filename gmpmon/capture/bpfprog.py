@@ -166,9 +166,6 @@ def _off(info: BinaryInfo, key: str) -> int:
 
 
 def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[str]:
-    sched = info.symbols.get("runtime.sched")
-    runqsize = info.offsets.get("runtime.schedt.runqsize")
-    runqsize_addr = sched + runqsize + info.load_bias if sched and runqsize is not None else 0
     defs: dict[str, int] = {
         "TGID": tgid,
         "RINGBUF_PAGES": RINGBUF_PAGES,
@@ -183,14 +180,21 @@ def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[s
         "P_RUNQHEAD": _off(info, "runtime.p.runqhead"),
         "P_RUNQTAIL": _off(info, "runtime.p.runqtail"),
         "P_RUNNEXT": _off(info, "runtime.p.runnext"),
-        "SCHED_RUNQSIZE_ADDR": runqsize_addr,
+        "HAVE_RUNQSIZE": 1 if runqsize_link_addr(info) else 0,
         "STW_HAS_REASON": 1 if info.go_minor >= 21 else 0,
         "LOCK_RA_OFF": plan.lock_ra_off if plan else 0,
         "GM_PERF_FALLBACK": 0 if uprobe_multi_supported() else 1,
     }
     for i, name in enumerate(HANDLERS):
         defs[f"H_{name.upper()}"] = i
-    return [f"-D{k}={v:#x}" if k.endswith("_ADDR") else f"-D{k}={v}" for k, v in defs.items()]
+    return [f"-D{k}={v}" for k, v in defs.items()]
+
+
+def runqsize_link_addr(info: BinaryInfo) -> int:
+    """Link-time address of the global runq length (sched.runqsize / sched.runq.size)."""
+    sched = info.symbols.get("runtime.sched")
+    runqsize = info.offsets.get("runtime.schedt.runqsize")
+    return sched + runqsize if sched and runqsize is not None else 0
 
 
 def _compile(bcc: Any, flags: list[str]) -> Any:
@@ -318,6 +322,12 @@ class BpfProgram:
 
     def n_attached(self) -> int:
         return len(self._groups)
+
+    def set_load_bias(self, bias: int) -> None:
+        """Tell the programs where the target's globals are (PIE: known once mapped)."""
+        addr = runqsize_link_addr(self.info)
+        if addr:
+            self.bpf["runq_addr"][ct.c_int(0)] = ct.c_uint64(addr + bias)
 
     def new_window(self) -> None:
         """Bump the generation the hot probes stamp their timestamps with."""

@@ -10,6 +10,7 @@ small reorder window and handed out as Batches through a queue.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import queue
 import threading
@@ -99,6 +100,7 @@ class Capture:
         if self.prog is not None:
             return
         self.prog = BpfProgram(self.info, self.pid, self.plan)
+        self.prog.set_load_bias(self.info.load_bias)
         self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
         try:
             self.prog.attach("cold", self.plan.cold)
@@ -110,6 +112,13 @@ class Capture:
             raise
         if not self.defer_sampler:
             self.start_sampler()
+
+    def set_load_bias(self, bias: int) -> None:
+        """`run` of a PIE: the load bias is known only after exec."""
+        if bias != self.info.load_bias:
+            self.info = dataclasses.replace(self.info, load_bias=bias, pid=self.pid)
+        if self.prog is not None:
+            self.prog.set_load_bias(bias)
 
     def start_sampler(self) -> None:
         """Open the target's memory (sample and default modes). For `run`, only after exec:

@@ -108,6 +108,12 @@ def run(args: argparse.Namespace) -> int:
                 err = os.read(exec_fd, 4096)
                 if err:
                     raise TargetError(f"{cmd[0]}: {err.decode(errors='replace')}")
+                if info.pie:
+                    from gmpmon.binary.elf import Elf
+                    from gmpmon.binary.load import read_file
+                    from gmpmon.binary.target import load_bias
+
+                    session.capture.set_load_bias(load_bias(pid, Elf(read_file(exe), exe), exe))
                 session.capture.start_sampler()
                 forward = _Forwarder(pid, stop)
                 forward.start()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.gotargets import build, versions
+from tests.gotargets import CI_EXTRA, build, versions
 
 GM = [sys.executable, "-m", "gmpmon"]
 TIMEOUT = 90
@@ -50,10 +50,12 @@ def gm_run(
 
 
 def matrix(stripped: bool = False) -> list[Any]:
-    """Go versions (CI subset or all), default builds; plus stripped ones when asked."""
+    """Go versions (CI subset or all), default builds; plus stripped ones (and the extra
+    -w and PIE builds) when asked."""
     out = [pytest.param(v, "default", id=f"go{v}") for v in versions()]
     if stripped:
         out += [pytest.param(v, "stripped", id=f"go{v}-stripped") for v in versions()]
+        out += [pytest.param(v, m, id=f"go{v}-{m}") for v, m in CI_EXTRA]
     return out
 
 
