@@ -35,7 +35,7 @@ from gmpmon import cli
 from gmpmon.binary import load_elf
 from gmpmon.binary.elf import Elf
 from gmpmon.errors import GmpmonError
-from gmpmon.events import Kind
+from gmpmon.events import EventTuple, Kind
 from gmpmon.record import BATCH_FRAME, BATCH_TAG, END_FRAME, END_TAG, MAGIC, PREAMBLE, VERSION
 from tests import gotargets
 
@@ -166,7 +166,7 @@ events = st.tuples(
        stacks=st.dictionaries(st.integers(-5, 2**40), st.lists(st.text(max_size=12), max_size=4),
                               max_size=3))
 def test_arbitrary_events_replay_and_export(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                            evs: list[tuple[int, ...]],
+                                            evs: list[EventTuple],
                                             stacks: dict[int, list[str]]) -> None:
     """Well-formed frames, arbitrary content: what a hostile (or buggy) writer can put in a
     recording. The model and every exporter must cope: succeed, or one RecordingError."""
