@@ -173,7 +173,8 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: threading.Eve
                 prev = snap
             next_line += args.interval
     if session.target_exited:
-        print(f"gmpmon: target {h.pid} exited", file=sys.stderr)
+        why = session.capture.exit_reason or "exited"
+        print(f"gmpmon: target {h.pid} {why}; writing what was captured", file=sys.stderr)
 
 
 def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
