@@ -341,7 +341,8 @@ def need_bpftool() -> None:
 
 @pytest.mark.bpf
 def test_leftover_checks_see_a_live_attachment() -> None:
-    """The leftover checks are not vacuous: they do see gmpmon's probes while attached."""
+    """The leftover checks are not vacuous: they do see gmpmon's probes while attached.
+    (And a live gmpmon has no socket open: nothing listens.)"""
     from tests.gotargets import build
 
     need_bpftool()
@@ -353,6 +354,9 @@ def test_leftover_checks_see_a_live_attachment() -> None:
         assert uprobes_on(t.pid, str(exe))  # found by the binary's path
         assert uprobes_on(-1, holders=[g.pid])  # and by who holds them
         assert bpf_fds(g.pid)
+        # No network listener, nor any socket at all, in a live gmpmon.
+        socks = [os.readlink(f"/proc/{g.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{g.pid}/fd")]
+        assert not [s for s in socks if s.startswith("socket:")], socks
         with pytest.raises(AssertionError):
             assert_nothing_left(t.pid, [g.pid], str(exe), settle_s=0)
     finally:
