@@ -249,6 +249,10 @@ def test_detach_leaves_no_probe_and_the_target_running(tmp_path: Path, how: str)
         code = gm.p.wait(timeout=30)
         if how == "sigkill":
             assert code == -signal.SIGKILL
+        elif how == "early-sigint":
+            # Interrupted while still starting (maybe inside Python's own imports): any of
+            # the usual Ctrl-C outcomes; what matters is below.
+            assert code in (0, 130, -signal.SIGINT), gm.err
         else:
             assert code in (0, 130), gm.err
             assert "Traceback" not in gm.err
