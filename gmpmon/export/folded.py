@@ -57,3 +57,22 @@ class FoldedExporter(Exporter):
 
     def render(self) -> bytes:
         return self.text().encode()
+
+
+def write_snapshot(
+    snapshot: Snapshot, path: str, *, what: str = "mutex", weight: str = "wait"
+) -> None:
+    """One call for `attach --folded`: the snapshot's folded lines to ``path`` (0600)."""
+    header = Header(
+        pid=snapshot.pid,
+        exe=snapshot.exe,
+        go_version=snapshot.go_version,
+        gomaxprocs=snapshot.gomaxprocs,
+        mode=snapshot.mode,
+        start_ns=snapshot.start,
+        wall_start=0.0,
+        wait_reasons=(),
+    )
+    ex = FoldedExporter(header, what=what, weight=weight)
+    ex.add(snapshot)
+    ex.write(path)

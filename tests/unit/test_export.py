@@ -244,3 +244,14 @@ def test_pprof_of_a_real_recording_lists_the_contending_function_first(tmp_path:
     ).stdout
     rows = [ln.split() for ln in top.splitlines() if re.match(r"^\s*[0-9.]+\w*s?\s+[0-9.]+%", ln)]
     assert rows and rows[0][-1] == "main.contend", top  # mutex workload: contend() locks
+
+
+def test_attach_folded_uses_the_exporter(recording: Path, tmp_path: Path) -> None:
+    from gmpmon.commands.attach import write_folded
+    from gmpmon.replay import replay_all
+
+    snap = replay_all(read_recording(str(recording)))
+    out = tmp_path / "live.folded"
+    write_folded(snap, str(out))
+    assert out.read_text() == export(recording, "folded").decode()
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
