@@ -169,6 +169,15 @@ def test_perfetto_is_trace_event_json_with_one_track_per_p(recording: Path) -> N
     assert "steal 1 from P0" in inst and "park G2: sleep" in inst
     stw = next(e for e in evs if e["name"] == "STW")
     assert stw["dur"] == 5.0
+    g2 = next(e for e in evs if e["ph"] == "X" and e["tid"] == 1 and e["name"] == "G2")
+    assert (g2["ts"], g2["dur"]) == (0.4, 1.6)  # µs from the first event: 400 ns .. 2000 ns
+    # write() streams the same document
+    rec = read_recording(str(recording))
+    ex = make_exporter("perfetto", rec.header)
+    export_recording(rec, ex)
+    out = recording.parent / "t.json"
+    ex.write(str(out))
+    assert json.loads(out.read_text()) == doc
 
 
 def test_json_export_is_the_summary(recording: Path) -> None:
