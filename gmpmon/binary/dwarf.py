@@ -130,12 +130,14 @@ def _find_structs(dwarf: Any, names: set[str]) -> dict[str, Any]:
         needle = name.encode() + b"\0"
         pos = info.find(needle)
         while pos > 0 and name not in found:
-            try:
-                die = dwarf.get_DIE_from_refaddr(pos - 1)
-                if die.tag == "DW_TAG_structure_type" and _name(die) == name:
-                    found[name] = die
-            except Exception:  # a wrong guess at a DIE start; keep looking
-                pass
+            for code_len in (1, 2):  # the abbrev code is a ULEB128: 1 byte below 128
+                try:
+                    die = dwarf.get_DIE_from_refaddr(pos - code_len)
+                    if die.tag == "DW_TAG_structure_type" and _name(die) == name:
+                        found[name] = die
+                        break
+                except Exception:  # a wrong guess at a DIE start; keep looking
+                    pass
             pos = info.find(needle, pos + 1)
     missing = names - set(found)
     if missing:
