@@ -187,3 +187,10 @@ def test_special_files_are_refused_without_reading(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     for p in ("/dev/zero", str(fifo)):
         assert_one_line_error(inspect(p), NotGoError.exit_code, "not a regular file")
+
+
+def test_buildinfo_is_cross_checked_with_runtime_build_version(tmp_path: Path) -> None:
+    real = load(str(go_exe("default"))).go_version.encode()
+    fake = real[:-1] + (b"8" if real[-1:] != b"8" else b"7")
+    p = _patched(tmp_path, "default", real, fake, ".go.buildinfo")
+    assert_one_line_error(inspect(str(p)), BinaryFormatError.exit_code, "runtime.buildVersion")
