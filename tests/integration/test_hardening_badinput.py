@@ -169,6 +169,16 @@ def test_not_root(go_target: Target) -> None:
     expect(errors.PermissionDenied.exit_code, r, "root")
 
 
+def test_root_without_capabilities(go_target: Target) -> None:
+    r = subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--",
+         *run_gmpmon_argv("attach", str(go_target.pid), "--no-tui", "-d", "1")],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    expect(errors.PermissionDenied.exit_code, r)
+    assert uprobes_on(go_target.pid) == []
+
+
 def run_gmpmon_argv(*args: str) -> list[str]:
     from tests.integration.test_hardening_common import gmpmon_argv
 

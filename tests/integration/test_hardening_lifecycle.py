@@ -41,7 +41,7 @@ pytestmark = pytest.mark.bpf
 
 GO = "1.27"
 # The machine is shared (2 cores, other test suites): speeds are compared with slack.
-SPEED_SLACK = 0.7
+SPEED_SLACK = 0.6  # a leftover hot probe costs the target 1.5x to 30x
 # One P: the ping-pong's work per CPU-second is then steady (no spinning Ms) and a probe hit
 # costs the target visibly (~0.5 us emulated, ~25 us single-stepped per hit).
 ONE_P = {"GOMAXPROCS": "1"}
@@ -90,7 +90,7 @@ def test_sigkill_of_gmpmon_leaves_the_target_at_full_speed(mode: str, tmp_path: 
     t = start_target(exe, env=ONE_P)
     rec = tmp_path / "r.gmp"
     try:
-        before = t.rates(1.5)
+        before = t.rates(2.0)
         g = start_gmpmon("attach", str(t.pid), "--no-tui", "--mode", mode, "-d", "120",
                          "--record", str(rec))
         wait_attached(t.pid)
@@ -98,7 +98,7 @@ def test_sigkill_of_gmpmon_leaves_the_target_at_full_speed(mode: str, tmp_path: 
         size_at_kill = rec.stat().st_size
         sigkill(g)
         assert_nothing_left(t.pid, [g.pid], str(exe))
-        after = t.rates(1.5)
+        after = t.rates(2.0)
         print(f"{mode}: ops per target CPU-second before {before[1]:,.0f}, attached "
               f"{during[1]:,.0f}, after SIGKILL {after[1]:,.0f} (per wall second "
               f"{before[0]:,.0f} / {during[0]:,.0f} / {after[0]:,.0f})")
