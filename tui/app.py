@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -88,6 +89,16 @@ class GmpmonApp(App[None]):
         self.source_closed = False
         self._stop = threading.Event()
         self._failed = False
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().run(*args, **kwargs)
+        finally:
+            # The process ends soon after the TUI does. Freezing what is alive spares the
+            # interpreter's final GC pass over the widget tree and the model: 0.2 s of CPU
+            # measured, seconds of wall time on a loaded machine, between `q` and the exit.
+            # (Only here: pilot tests run many apps in one process through run_test.)
+            gc.freeze()
 
     # -- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:

@@ -243,16 +243,12 @@ def timeline_text(cells: Sequence[Cell]) -> Text:
 
 def legend() -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append("▂▅█", style=RUNNING_COLOURS[0])
-    text.append(" running (height: share of the time)  ")
-    text.append("▂▅█", style="#a371f7")
-    text.append(" syscall  ")
-    text.append("──", style="#d29922")
-    text.append(" spinning  ")
-    text.append("··", style="#6e7681")
-    text.append(" idle  ")
-    text.append("██", style="#f85149")
-    text.append(" GC/STW")
+    for glyphs, colour, word in (("▂▅█", RUNNING_COLOURS[0], "running"),
+                                 ("▂▅█", "#a371f7", "syscall"), ("──", "#d29922", "spinning"),
+                                 ("··", "#6e7681", "idle"), ("██", "#f85149", "GC/STW")):
+        text.append(glyphs, style=colour)
+        text.append(f" {word}  ")
+    text.append("(bar height: share of the time)", style="dim")
     return text
 
 
