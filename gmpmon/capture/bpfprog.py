@@ -6,6 +6,7 @@ This module and :mod:`gmpmon.capture.capture` are the only ones that know BCC.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as ct
 import errno
 import os
@@ -17,6 +18,7 @@ from gmpmon._bcc import import_bcc
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.sites import BinaryText, Site, call_result_site, call_sites, func_range
 from gmpmon.capture.sites import probe_site as find_probe_site
+from gmpmon.doctor import _captured_output
 from gmpmon.errors import (
     CaptureError,
     GmpmonError,
@@ -200,7 +202,7 @@ def runqsize_link_addr(info: BinaryInfo) -> int:
 def _compile(bcc: Any, flags: list[str]) -> Any:
     """BCC's BPF() on gmpmon.bpf.c. Its compiler writes diagnostics to fds 1 and 2 (C++
     streams): they are caught and folded into one line, like `gmpmon doctor` does."""
-    from gmpmon.doctor import _captured_output, first_compile_error, header_dir
+    from gmpmon.doctor import first_compile_error, header_dir
 
     hdr, origin = header_dir()
     if not _headers_present(hdr, origin):
@@ -279,20 +281,39 @@ class BpfProgram:
                 raise _attach_error(e) from e
             self._groups[group] = [fd]
             return
+        first = not self._groups
         fds: list[int] = []
         self._groups[group] = fds
-        for s, off in zip(sites, offsets, strict=True):
-            fn = self.bpf.load_func(s.fn_name.encode(), self._kprobe_type)
-            ev = f"gmpmon_{os.getpid()}_{s.addr:x}".encode()
-            pfd = self._lib.bpf_attach_uprobe(fn.fd, 0, ev, self.path.encode(), off, -1)
-            if pfd < 0:
-                if not os.path.exists(UPROBE_PMU):
-                    raise KernelSupportError(
-                        f"this kernel cannot attach uprobes (no {UPROBE_PMU})",
-                        hint="needs CONFIG_UPROBES and CONFIG_UPROBE_EVENTS",
-                    )
-                raise CaptureError(f"cannot attach a uprobe on {s.role} at {s.addr:#x}")
-            fds.append(pfd)
+        failed: tuple[Site, int] | None = None
+        # libbcc prints its own complaint on fd 2 when an attach fails; the first group is
+        # attached before any TUI owns the terminal, so its chatter can be caught (if
+        # uprobes cannot be attached at all, that is where it shows).
+        quiet: contextlib.AbstractContextManager[list[str]] = (
+            _captured_output() if first else contextlib.nullcontext([])
+        )
+        with quiet:
+            for s, off in zip(sites, offsets, strict=True):
+                fn = self.bpf.load_func(s.fn_name.encode(), self._kprobe_type)
+                ev = f"gmpmon_{os.getpid()}_{s.addr:x}".encode()
+                pfd = self._lib.bpf_attach_uprobe(fn.fd, 0, ev, self.path.encode(), off, -1)
+                if pfd < 0:
+                    failed = (s, ct.get_errno())
+                    break
+                fds.append(pfd)
+        if failed is not None:
+            s, err = failed
+            if not os.path.exists(UPROBE_PMU) or err in (errno.ENOENT, errno.EOPNOTSUPP,
+                                                          errno.ENOSYS):
+                raise KernelSupportError(
+                    f"this kernel cannot attach uprobes ({os.strerror(err)}; no uprobe PMU"
+                    " or tracefs uprobe_events)",
+                    hint="needs CONFIG_UPROBES and CONFIG_UPROBE_EVENTS",
+                )
+            if err in (errno.EPERM, errno.EACCES):
+                raise PermissionDenied(f"attaching uprobes was refused ({os.strerror(err)})",
+                                       hint="needs root or CAP_BPF+CAP_PERFMON")
+            raise CaptureError(f"cannot attach a uprobe on {s.role} at {s.addr:#x}: "
+                               f"{os.strerror(err)}")
 
     def _link_multi(self, offsets: list[int], cookies: list[int]) -> int:
         fn = self.bpf.load_func(b"gmpmon_probe", self._kprobe_type, None, BPF_TRACE_UPROBE_MULTI)

@@ -250,9 +250,11 @@ def _install_seccomp(no_bpf: bool) -> Callable[[], None]:
     return preexec
 
 
-@pytest.mark.parametrize("what", ["no-bpf", "no-uprobes"])
+@pytest.mark.parametrize("what", ["no-bpf", "no-uprobes", "no-uprobes-before-6.6"])
 def test_bpf_or_uprobes_unavailable(go_target: Target, what: str) -> None:
-    r = run_gmpmon("attach", str(go_target.pid), "--no-tui", "-d", "1",
+    # "before-6.6": the per-site perf-event uprobes that kernels without uprobe_multi get.
+    env = dict(os.environ, GMPMON_NO_UPROBE_MULTI="1" if what.endswith("6.6") else "0")
+    r = run_gmpmon("attach", str(go_target.pid), "--no-tui", "-d", "1", env=env,
                    preexec_fn=_install_seccomp(what == "no-bpf"))
     assert r.returncode not in (90, 91), "could not install the seccomp filter"
     expect(errors.KernelSupportError.exit_code, r)
