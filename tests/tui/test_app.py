@@ -4,6 +4,7 @@ source."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import stat
 from pathlib import Path
@@ -214,3 +215,24 @@ async def test_a_failing_source_is_reported_not_fatal(live_source: ListSource) -
         await settle(pilot)
         assert any("target exited" in str(n.message) for n in app._notifications)
         assert app.snapshot is not None
+
+
+async def test_lost_events_are_highlighted_only_when_some_were_lost(
+        live_source: ListSource) -> None:
+    snap = live_source.snapshots[0]
+    lossy = dataclasses.replace(snap, events_lost=17)
+    source = ListSource(live_source.header, [snap, lossy])
+    app = make_app(source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+
+        def lost_style() -> str:
+            text = app.query_one(StatusHeader).render()
+            start = text.plain.index("lost ")
+            return " ".join(str(s.style) for s in text.spans if s.start <= start < s.end)
+
+        assert "lost 0" in rendered(app, StatusHeader)
+        assert "on" not in lost_style()
+        source.advance()
+        await settle(pilot)
+        assert "lost 17" in rendered(app, StatusHeader)
+        assert "on #da3633" in lost_style()
