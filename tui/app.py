@@ -182,6 +182,9 @@ class GmpmonApp(App[None]):
         return view
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if self.query_one(TabbedContent).active == "goroutines":
+            # The table takes the focus so that its keys (s, arrows, page up/down) work at once.
+            self.query_one("#g-table").focus()
         view = self._active_view()
         if view is not None and self.snapshot is not None and view.snapshot is not self.snapshot:
             view.snapshot = self.snapshot

@@ -166,8 +166,8 @@ async def test_replay_keys_do_nothing_on_a_live_source(live_source: ListSource) 
     async with app.run_test(size=(80, 24)) as pilot:
         before = app.snapshot
         await pilot.press("left", "right", "home", "end", "left_square_bracket")
-        assert app.snapshot is before
-        assert app.query_one(TabbedContent).active == "procs"
+        assert app.snapshot is before  # (arrows fall through to the tabs: they switch views)
+        assert not app.paused
 
 
 async def test_goroutine_table_sorts_by_key_and_header_click(live_source: ListSource) -> None:
@@ -185,7 +185,6 @@ async def test_goroutine_table_sorts_by_key_and_header_click(live_source: ListSo
 
         # default: longest total wait first
         assert first_goid() == max(snap.goroutines, key=lambda g: g.wait_ns).goid
-        table.focus()
         await pilot.press("s")  # next column: "in state", longest first
         assert COLUMNS[view.sort_column][0] == "in state"
         assert first_goid() == max(snap.goroutines, key=lambda g: (snap.now - g.since, g.goid)).goid
