@@ -145,6 +145,31 @@ def test_sites_and_offsets_on_a_live_process(version: str, tmp_path: Path) -> No
         ex.entry_site,
         f"goid=+{o['runtime.g.goid']}(%ax):u64 status=+{o['runtime.g.atomicstatus']}(%ax):u32",
     )
+    g_m, m_p = o["runtime.g.m"], o["runtime.m.p"]
+    st, goid, wr = o["runtime.g.atomicstatus"], o["runtime.g.goid"], o["runtime.g.waitreason"]
+    # at execute, R14 is g0: g0.m.procid is this thread's id, g0.m.p is a running P
+    probes["execm"] = (
+        ex.entry_site,
+        f"procid=+{o['runtime.m.procid']}(+{g_m}(%r14)):u64 "
+        f"pstatus=+{o['runtime.p.status']}(+{m_p}(+{g_m}(%r14))):u32 "
+        f"pid=+{o['runtime.p.id']}(+{m_p}(+{g_m}(%r14))):s32",
+    )
+    probes["ready"] = (
+        info.probe_sites["runtime.ready"].entry_site,
+        f"status=+{st}(%ax):u32 wr=+{wr}(%ax):u8",
+    )
+    probes |= {
+        f"newg{k}": (a, f"goid=+{goid}(%ax):u64 status=+{st}(%ax):u32")
+        for k, a in enumerate(info.probe_sites["runtime.newproc1"].rets)
+    }
+    probes["exit"] = (
+        info.probe_sites["runtime.goexit0"].entry_site,
+        f"status=+{st}(%ax):u32 goid=+{goid}(%ax):u64",
+    )
+    probes["steal"] = (
+        info.probe_sites["runtime.runqsteal"].entry_site,
+        f"thief=+{o['runtime.p.id']}(%ax):s32 victim=+{o['runtime.p.id']}(%bx):s32",
+    )
     events = trace(tmp_path, exe, info, probes, "-k", "32", "-work", "2000000")
     kinds = Counter(name for _t, name, _a in events)
 
@@ -177,6 +202,29 @@ def test_sites_and_offsets_on_a_live_process(version: str, tmp_path: Path) -> No
     )
     assert all(a["goid"] > 0 for a in execs)
     assert len({a["goid"] for a in execs}) >= 16  # the 32 spawned goroutines, mostly
+
+    # the M and P behind g0 (g.m, m.procid, m.p, p.status, p.id offsets)
+    running_p = info.p_status.index("running")
+    execm = [(t, a) for t, n, a in events if n == "execm"]
+    assert execm and all(a["procid"] == tid for tid, a in execm)
+    assert all(a["pstatus"] == running_p for _t, a in execm)
+    nprocs = len({a["pid"] for _t, a in execm})
+    assert all(0 <= a["pid"] < 1024 for _t, a in execm) and nprocs >= 2
+
+    # ready(gp): a waiting g with a wait reason; newproc1 returns a runnable g with a goid;
+    # goexit0(gp): the g is still running; runqsteal(thief, victim): two distinct Ps
+    waiting = info.g_status.index("waiting")
+    readies = [a for _t, n, a in events if n == "ready"]
+    assert readies and all(a["status"] & ~0x1000 == waiting for a in readies)
+    assert all(info.wait_reasons[a["wr"]] for a in readies)
+    newgs = [a for _t, n, a in events if n.startswith("newg")]
+    assert len(newgs) >= 32 and all(a["goid"] > 0 for a in newgs)
+    assert all(a["status"] & ~0x1000 == runnable for a in newgs)
+    exits = [a for _t, n, a in events if n == "exit"]
+    assert len(exits) >= 16
+    assert all(a["status"] & ~0x1000 == info.g_status.index("running") for a in exits)
+    steals = [a for _t, n, a in events if n == "steal"]
+    assert steals and all(a["thief"] != a["victim"] for a in steals)
 
 
 def test_parser_reads_tracefs_lines() -> None:
