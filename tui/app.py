@@ -10,7 +10,6 @@ refresh cost is one view's, whatever the number of views.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import os
 import threading
@@ -87,6 +86,7 @@ class GmpmonApp(App[None]):
             source if source.live and isinstance(source, RecordingControl) else None
         )
         self.source_closed = False
+        self.close_error: Exception | None = None
         self._stop = threading.Event()
         self._failed = False
 
@@ -275,7 +275,10 @@ class GmpmonApp(App[None]):
     async def action_quit(self) -> None:
         self._stop.set()
         self.query_one(StatusHeader).status = "detaching…"
-        await asyncio.to_thread(self.close_source)
+        try:
+            await asyncio.to_thread(self.close_source)
+        except Exception as e:  # reported once the terminal is restored (run_tui re-raises)
+            self.close_error = e
         self.exit()
 
     def close_source(self) -> None:
@@ -318,7 +321,8 @@ def run_tui(source: SnapshotSource, *, refresh_hz: float = 4.0, export_dir: str 
     try:
         app.run()
     finally:
-        with contextlib.suppress(Exception):
-            app._stop.set()
+        app._stop.set()
         if not app.source_closed:
             app.close_source()
+    if app.close_error is not None:
+        raise app.close_error

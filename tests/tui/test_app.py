@@ -11,6 +11,7 @@ from pathlib import Path
 
 from textual.widgets import DataTable, TabbedContent
 
+from gmpmon.errors import GmpmonError
 from gmpmon.export.folded import LINE_RE
 from gmpmon.tui.app import GmpmonApp, make_app
 from gmpmon.tui.widgets.goroutines import COLUMNS, GoroutinesView
@@ -235,3 +236,17 @@ async def test_lost_events_are_highlighted_only_when_some_were_lost(
         await settle(pilot)
         assert "lost 17" in rendered(app, StatusHeader)
         assert "on #da3633" in lost_style()
+
+
+async def test_a_failing_close_still_quits_and_keeps_the_error(live_source: ListSource) -> None:
+    def close() -> None:
+        live_source.closed += 1
+        raise GmpmonError("detach failed")
+
+    live_source.close = close  # type: ignore[method-assign]
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert live_source.closed == 1
+    assert isinstance(app.close_error, GmpmonError)
