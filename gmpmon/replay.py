@@ -3,12 +3,14 @@
 :func:`replay_all` runs a whole recording (the summary of a replay equals the live run's,
 because the same batches go through the same deterministic model). :class:`ReplaySource`
 is the seekable SnapshotSource the TUI is handed: it plays the recording back against a
-clock, pauses, steps and seeks. Going back re-feeds the model from the start (the model takes
-~1M events/s, so a few seconds of a busy recording re-feed in well under a second).
+clock, pauses, steps and seeks. Going back restores the newest checkpoint before the target
+(a deep copy of the model taken every million events, ~60 ms and a few MB each) and feeds
+forward from there, so a step back costs at most about a second of model work.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from bisect import bisect_right
@@ -70,8 +72,15 @@ class ReplaySource:
         tick_s: float = 0.1,
         autostart: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        checkpoint_events: int = 1_000_000,
     ) -> None:
         self.recording = read_recording(path)
+        # Going back restores the newest model copy taken before the target (one every
+        # checkpoint_events events, at batch boundaries) instead of re-feeding from the start.
+        self.checkpoint_events = checkpoint_events
+        self._checkpoints: list[tuple[int, int, Model]] = []  # (fed up to ts, next frame, model)
+        self._next_frame = 0
+        self._since_checkpoint = 0
         self.header: Header = self.recording.header
         self.speed = speed
         self.tick_s = tick_s
@@ -81,9 +90,11 @@ class ReplaySource:
         self.error = stop_note(self.recording)
         self._frames = frames
         if frames:
-            self._start = min(f.first_ts for f in frames if f.n_events) if any(
-                f.n_events for f in frames
-            ) else self.header.start_ns
+            self._start = (
+                min(f.first_ts for f in frames if f.n_events)
+                if any(f.n_events for f in frames)
+                else self.header.start_ns
+            )
             self._end = max(f.last_ts for f in frames)
         else:
             self._start = self._end = self.header.start_ns
@@ -98,7 +109,7 @@ class ReplaySource:
         self._latest: Snapshot | None = None
         self._last_wall = clock()
         with self._lock:
-            self._reset()
+            self._reset(self._start)
             self._advance(self._start)
         self._thread: threading.Thread | None = None
         if autostart:
@@ -168,15 +179,38 @@ class ReplaySource:
     def _goto(self, target: int) -> None:
         target = min(max(target, self._start), self._end)
         if target < self._pos:
-            self._reset()
+            self._reset(target)
         self._advance(target)
 
-    def _reset(self) -> None:
-        self._model = Model(self.header)
-        self._frames_iter = self.recording.frames()
+    def _reset(self, target: int) -> None:
+        reach = target + self._model.reorder_ns
+        best = None
+        for ck in self._checkpoints:
+            if ck[0] <= reach:
+                best = ck
+        if best is None:
+            self._model = Model(self.header)
+            self._frames_iter = self.recording.frames()
+            self._next_frame = 0
+        else:
+            _, idx, model = best
+            self._model = copy.deepcopy(model)
+            self._next_frame = idx
+            self._frames_iter = (
+                self.recording.frames(start_offset=self._frames[idx].offset)
+                if idx < len(self._frames)
+                else iter(())
+            )
+        self._since_checkpoint = 0
         self._carry = []
         self._pos = self._start
         self._at_end = False
+
+    def _checkpoint(self, fed_ts: int) -> None:
+        self._since_checkpoint = 0
+        if self._checkpoints and self._checkpoints[-1][1] >= self._next_frame:
+            return  # already have one here or later (we came back and replay forward)
+        self._checkpoints.append((fed_ts, self._next_frame, copy.deepcopy(self._model)))
 
     def _advance(self, target: int) -> None:
         model = self._model
@@ -196,11 +230,15 @@ class ReplaySource:
             if nxt is None:
                 break
             info, batch = nxt
+            self._next_frame += 1
             if batch.stacks:
                 model.feed(Batch([], batch.stacks))
             ev = batch.events
             if info.last_ts <= target:
                 model.feed(Batch(ev))
+                self._since_checkpoint += len(ev)
+                if self._since_checkpoint >= self.checkpoint_events:
+                    self._checkpoint(info.last_ts)
                 continue
             cut = bisect_right(ev, target, key=_TS)
             if cut:

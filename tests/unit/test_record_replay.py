@@ -156,3 +156,22 @@ def test_replay_of_truncated_recording_reports_where_it_stopped(
     assert src.error is not None and "stopped at byte" in src.error
     src.seek(1.0)
     assert "end of good batches" in src.status()
+
+
+def test_seeking_back_from_checkpoints_equals_refeeding(
+    recorded: tuple[Path, dict[str, object]],
+) -> None:
+    path, _live = recorded
+    clock = FakeClock()
+    with_ck = ReplaySource(str(path), autostart=False, clock=clock, checkpoint_events=300)
+    with_ck.seek(1.0)  # forward to the end: checkpoints every ~300 events
+    assert len(with_ck._checkpoints) >= 4
+    for fraction in (0.9, 0.55, 0.2, 0.75):
+        with_ck.seek(fraction)
+        fresh = ReplaySource(str(path), autostart=False, clock=clock, checkpoint_events=10**9)
+        fresh.seek(fraction)
+        assert with_ck.position() == fresh.position()
+        a, b = with_ck.latest(), fresh.latest()
+        assert a is not None and b is not None
+        assert summary(a) == summary(b)
+        assert a.procs == b.procs  # timelines too
