@@ -58,6 +58,19 @@ def park_table(snap: Snapshot) -> Table | Text:
     return t
 
 
+def wake_table(snap: Snapshot) -> Table | Text:
+    """Run latency split by why the goroutine became runnable (the reason it had parked with,
+    or created / preempted / gosched): which wake-ups wait longest for a P."""
+    if not snap.latency_by_reason:
+        return Text("no wake-ups seen yet", style="dim")
+    t = _table("woken from", "n", "p50", "p99", "max")
+    rows = sorted(snap.latency_by_reason.items(), key=lambda kv: (-kv[1].p99, kv[0]))
+    for reason, lat in rows:
+        t.add_row(reason or "?", fmt_count(lat.count), fmt_ns(lat.p50), fmt_ns(lat.p99),
+                  fmt_ns(lat.max))
+    return t
+
+
 def steal_panel(snap: Snapshot) -> Group:
     st = snap.steals
     ok = f" ({100 * st.count / st.attempts:.0f}% ok)" if st.attempts else ""
@@ -102,6 +115,8 @@ def counters_table(snap: Snapshot) -> Table:
         right = (n2, fmt_count(v2), fmt_count(v2 / secs)) if v2 is not None else ("", "", "")
         t.add_row(n1, fmt_count(v1), fmt_count(v1 / secs), *right)
     t.add_row("", "", "", "STW total/max", fmt_ns(snap.stw_total_ns), fmt_ns(snap.stw_max_ns))
+    for reason, (count, ns) in sorted(snap.stw_reasons.items(), key=lambda kv: -kv[1][1]):
+        t.add_row("", "", "", Text(f"  {reason}", style="dim"), fmt_count(count), fmt_ns(ns))
     if snap.illegal_transitions:
         t.add_row(Text("illegal transitions", style="#f85149"),
                   fmt_count(snap.illegal_transitions), "", "", "", "")
@@ -115,6 +130,7 @@ class SchedView(VerticalScroll):
         with Grid(id="sched-grid"):
             yield Static(id="sched-latency", classes="panel")
             yield Static(id="sched-parks", classes="panel")
+            yield Static(id="sched-wakes", classes="panel")
             yield Static(id="sched-perp", classes="panel")
             yield Static(id="sched-steals", classes="panel")
             yield Static(id="sched-counters", classes="panel")
@@ -125,6 +141,7 @@ class SchedView(VerticalScroll):
             "sched-counters": "preemption · syscalls · GC",
             "sched-perp": "per P",
             "sched-parks": "park reasons",
+            "sched-wakes": "latency by wake-up",
             "sched-steals": "work stealing",
         }
         for wid, title in titles.items():
@@ -137,4 +154,5 @@ class SchedView(VerticalScroll):
         self.query_one("#sched-counters", Static).update(counters_table(snap))
         self.query_one("#sched-perp", Static).update(per_p_table(snap))
         self.query_one("#sched-parks", Static).update(park_table(snap))
+        self.query_one("#sched-wakes", Static).update(wake_table(snap))
         self.query_one("#sched-steals", Static).update(steal_panel(snap))
