@@ -734,9 +734,13 @@ class Model:
         pp = self._proc(p, ts)
         pp.m = m
         pp.runq = (a0 >> 16) & 0xFFFFFFFF
-        if self._hot:
-            return  # exact events own the timeline
         status = self._p_status_map.get(a0 & 0xFF, P_UNKNOWN)
+        if self._hot:
+            # Exact events own the timeline, but no probe sees findRunnable give up (pidleput,
+            # stopm): a sample of _Pidle is the only news that a searching P went idle.
+            if status == P_IDLE and pp.state == P_SEARCHING:
+                self._p_to(pp, ts, P_IDLE, 0)
+            return
         gstatus = (a0 >> 8) & 0xFF
         goid = 0
         if status == P_RUNNING:

@@ -383,6 +383,22 @@ def test_default_mode_drops_hot_events_after_the_window_closes() -> None:
     assert proc(s, 0).running_ns == 10_000 and s.windows_covered_ns == 30_000
 
 
+def test_idle_sample_ends_a_search_while_hot() -> None:
+    running = 1 | (2 << 8)
+    s = run(
+        [
+            ev(0, Kind.SCHED, p=0, m=100),
+            ev(10, Kind.P_SAMPLE, p=0, a0=0),  # _Pidle: findRunnable gave up (pidleput)
+            ev(20, Kind.P_SAMPLE, p=0, m=100, g=3, a0=running),  # not trusted over events
+            ev(30, Kind.EXECUTE, p=0, m=100, g=3),
+            ev(40, Kind.P_SAMPLE, p=0, a0=0),  # stale read: a running P stays running
+            ev(50, Kind.PARK, p=0, m=100, g=3, a0=SLEEP),
+        ]
+    )
+    p0 = proc(s, 0)
+    assert (p0.spinning_ns, p0.idle_ns, p0.running_ns) == (10_000, 20_000, 20_000)
+
+
 def test_sample_mode_state_times_from_samples() -> None:
     running = 1 | (2 << 8)
     syscall = 1 | (3 << 8)  # 1.26+: P stays _Prunning, curg is _Gsyscall
