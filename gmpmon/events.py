@@ -152,6 +152,8 @@ def lat_bucket(ns: int) -> int:
 def lat_bucket_lo(i: int) -> int:
     if i < LAT_SUB:
         return i
+    if i < 2 * LAT_SUB:
+        return LAT_SUB  # indices 4..7 are never produced (ns 4..7 land in 8..11)
     hb, sub = divmod(i, LAT_SUB)
     return (1 << hb) + (sub << (hb - 2))
 
