@@ -30,7 +30,7 @@ from gmpmon.errors import (
 
 _libc = ct.CDLL(None, use_errno=True)
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probes"
-RINGBUF_PAGES = 2048  # 8 MiB: ~150k records, ~100 ms of the hottest target at full rate
+RINGBUF_PAGES = 4096  # 16 MiB: ~300k records, ~300 ms of the hottest target at full rate
 
 # Handler ids: the attach cookie of each site (uprobe_multi), the H_* -D flags, the index
 # into the BPF `hits` array and the Counter.PROBE_HITS keys. Named after the BPF functions.
