@@ -262,7 +262,7 @@ def _compile_and_load(text: str) -> str | None:
         return f"BCC not importable ({e})"
     with _captured_output() as errs:
         try:
-            b = bcc.BPF(text=text)
+            b = bcc.BPF(text=text.encode())
             try:
                 b.load_func(b"gm_doctor", bcc.BPF.KPROBE)
             finally:

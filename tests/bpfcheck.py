@@ -35,7 +35,7 @@ def bpf_available() -> str | None:
     except Exception as e:
         return f"BCC not importable: {e}"
     try:
-        b = bcc.BPF(text=_TRIVIAL)
+        b = bcc.BPF(text=_TRIVIAL.encode())
         b.load_func(b"gm_probe", bcc.BPF.KPROBE)
         b.cleanup()
     except Exception as e:
