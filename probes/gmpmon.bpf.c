@@ -65,8 +65,10 @@ BPF_HASH(steal_try, u32, struct gm_steal, 1024);
 /* STW in progress: one at a time (the world is stopped by one M). */
 BPF_ARRAY(stw_at, struct gm_stamp, 1);
 
-/* P id -> goid that entered a syscall last on it, to name the G whose P is handed off. */
-BPF_HASH(sys_g, s32, u64, 1024);
+/* P id -> goid that entered a syscall last on it, to name the G whose P is handed off. An
+ * array (P ids are dense, < GM_MAX_P): a store per syscall instead of a hash update. */
+#define GM_MAX_P 1024
+BPF_ARRAY(sys_g, u64, GM_MAX_P);
 
 /* Contended sync.Mutex: goid -> slow-path entry (keyed by goid: the G may resume on
  * another M after parking in the semaphore). */
@@ -318,8 +320,9 @@ static __always_inline int on_sysenter(struct pt_regs *ctx)
 {
     u64 goid = gm_goid(ctx->r14);
     s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
-    if (pid >= 0)
-        sys_g.update(&pid, &goid);
+    u64 *slot = sys_g.lookup(&pid);  /* NULL for NO_P or an id beyond the array */
+    if (slot)
+        *slot = goid;
     gm_emit(GM_SYSCALL_ENTER, pid, gm_tid(), goid, 0, 0);
     return 0;
 }
@@ -396,8 +399,9 @@ static __always_inline int on_sysenterblk(struct pt_regs *ctx)
 {
     u64 goid = gm_goid(ctx->r14);
     s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
-    if (pid >= 0)
-        sys_g.update(&pid, &goid);
+    u64 *slot = sys_g.lookup(&pid);
+    if (slot)
+        *slot = goid;
     gm_emit(GM_SYSCALL_ENTER, pid, gm_tid(), goid, 1, 0);
     return 0;
 }
