@@ -29,7 +29,9 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that subcommand's module is imported (the others pull
+    in BCC, capstone or Textual, which would cost a second before ``inspect`` could start)."""
     parser = argparse.ArgumentParser(
         prog="gmpmon",
         description="Watch the Go scheduler (G/M/P) of a running Go program, with eBPF.",
@@ -39,21 +41,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gmpmon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"gmpmon.commands.{name}").add_parser(sub)
     return parser
 
 
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        args = build_parser(_chosen_command(argv)).parse_args(argv)
         code: int = args.func(args)
         return code
     except GmpmonError as e:
         print(f"gmpmon: {e.one_line()}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
+        # Also while the parser imports the command's modules: no traceback for an early ^C.
         return 130
     except BrokenPipeError:
         return 141
