@@ -86,14 +86,16 @@ class Target:
         """ops/s of a `lifecycle` target over the next `seconds` (its own clock)."""
         return self.rates(seconds)[0]
 
-    def rates(self, seconds: float) -> tuple[float, float]:
+    def rates(self, seconds: float, pid: int | None = None) -> tuple[float, float]:
         """(ops per wall second, ops per CPU second of the target) of a `lifecycle` target
         over the next `seconds`. Per CPU second does not depend on how busy the (shared)
-        machine is, and any probe left in the target shows in it as the target's own time."""
+        machine is, and any probe left in the target shows in it as the target's own time.
+        `pid`: the process whose progress lines these are, if not ours (`gmpmon run`)."""
+        pid = self.pid if pid is None else pid
         n0 = len(self.lines)
-        c0 = cpu_s(self.pid)
+        c0 = cpu_s(pid)
         time.sleep(seconds)
-        c1 = cpu_s(self.pid)
+        c1 = cpu_s(pid)
         pts = [p for _, ln in self.lines[n0:] if (p := _ops(ln)) is not None]
         assert len(pts) >= 2, f"too few progress lines: {self.lines[n0:]}"
         (o0, t0), (o1, t1) = pts[0], pts[-1]

@@ -14,6 +14,7 @@ import os
 import signal
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,11 +24,13 @@ import pytest
 from gmpmon.record import read_recording
 from tests.gotargets import build
 from tests.integration.test_hardening_common import (
+    REPO,
     Target,
     alive,
     assert_nothing_left,
     assert_one_clean_line,
     bpf_fds,
+    gmpmon_argv,
     need_bpftool,
     private_copy,
     run_gmpmon,
@@ -211,3 +214,39 @@ def test_target_forking_children_is_followed_and_unharmed(tmp_path: Path) -> Non
     target = summary["target"]
     assert isinstance(target, dict) and target["pid"] == t.pid
     assert_nothing_left(t.pid, [g.pid], str(exe))
+
+
+def test_sigkill_of_gmpmon_run_leaves_the_program_running(tmp_path: Path) -> None:
+    """`gmpmon run` started the program: killing gmpmon must not take the program with it,
+    nor leave its probes (they sit on the binary's inode for every process)."""
+    exe = lifecycle("run-kill")
+    rec = tmp_path / "r.gmp"
+    g = subprocess.Popen(
+        gmpmon_argv("run", "--no-tui", "--mode", "default", "-d", "120", "--record", str(rec),
+                    "--", str(exe)),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
+        stdin=subprocess.DEVNULL, env=dict(os.environ, **ONE_P),
+    )
+    out = Target(g)  # the program's stdout is gmpmon's: read its progress lines there
+    out._reader = threading.Thread(target=out._read, daemon=True)
+    out._reader.start()
+    child = 0
+    try:
+        out.wait_line("ready", timeout=60)
+        child = int(Path(f"/proc/{g.pid}/task/{g.pid}/children").read_text().split()[0])
+        wait_attached(child, timeout=60)
+        during = out.rates(1.5, child)[1]
+        sigkill(g)
+        assert_nothing_left(child, [g.pid], str(exe))
+        after = out.rates(2.0, child)[1]
+        print(f"run: program ops per CPU-second attached {during:,.0f}, after SIGKILL of "
+              f"gmpmon {after:,.0f}")
+        assert alive(child), "the program died with gmpmon"
+        assert after >= 0.8 * during  # default mode: hot probes 20% of the time
+    finally:
+        if child and alive(child):
+            os.kill(child, signal.SIGKILL)
+        if g.poll() is None:
+            sigkill(g)
+    assert sum(1 for _ in read_recording(str(rec))) >= 1
+
