@@ -156,11 +156,13 @@ def test_mutex_contention_names_the_contending_function(
     tmp_path: Path, go: str, build_mode: str
 ) -> None:
     folded = tmp_path / "mutex.folded"
+    # Enough work (4 x 1000 x 20 µs) that the goroutines overlap even when the machine is so
+    # loaded that the second P's thread starts late (with -n 200 they sometimes never met).
     p, s = gm_run(
-        tmp_path, build("mutex", go, build_mode), "-g", "4", "-n", "200",
+        tmp_path, build("mutex", go, build_mode), "-g", "4", "-n", "1000",
         options=("--folded", str(folded)),
     )
-    assert "locks 800" in p.stdout
+    assert "locks 4000" in p.stdout
     m = s["mutex"]
     assert m["contentions"] > 0 and m["wait_ns"] > 0
     top = m["top"][0]["stack"]
