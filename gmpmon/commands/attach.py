@@ -191,12 +191,6 @@ def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
         write_folded(snap, args.folded)
     if args.no_tui or not sys.stdout.isatty():
         print(report.text_report(snap), flush=True)
-    if snap.events_lost:
-        print(
-            f"gmpmon: {snap.events_lost} records lost (ring buffer full): the numbers they "
-            "carried are missing; try --mode default or --mode sample",
-            file=sys.stderr,
-        )
     if session.error is not None:
         print(f"gmpmon: model error: {session.error}", file=sys.stderr)
 
