@@ -54,6 +54,10 @@ MUTEX              G ``g`` waited for a contended lock: a0 = wait ns (slow-path 
                    in the tuple; see MUTEX_ADDR.
 MUTEX_ADDR         Emitted right before its MUTEX: a0 = lock address, a1 = wait kind
                    (:class:`LockKind`).
+P_IDLE             P ``p`` put on the idle list (``pidleput``); its M stops or keeps spinning
+                   without it. m = tid of the M that put it there (the P's own M giving up in
+                   ``findRunnable``, sysmon or a syscall's M in ``handoffp``, the STW caller
+                   in ``procresize``); g = 0, a0 = a1 = 0.
 =================  =============================================================================
 
 Sample and counter events (``sample`` mode's sampler, and all modes):
@@ -108,6 +112,7 @@ class Kind(IntEnum):
     STEAL = 14
     MUTEX = 15
     MUTEX_ADDR = 16
+    P_IDLE = 17
     P_SAMPLE = 32
     SCHED_SAMPLE = 33
     COUNTER = 34

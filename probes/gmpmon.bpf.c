@@ -379,6 +379,18 @@ static __always_inline int on_steal_got(struct pt_regs *ctx)
     return 0;
 }
 
+/* runtime.pidleput(pp *p) (1.19) / pidleput(pp *p, now int64) int64 (1.20+), entry: P goes
+ * on sched.pidle, status _Pidle (sched.lock held, on g0: no stack growth, so the 1.19 jbe site
+ * fires once). RAX=pp. Callers: findRunnable giving up (the P's own M, which then stopm()s or
+ * keeps spinning P-less), handoffp with no work (sysmon or a syscall's M), procresize at
+ * startTheWorld. Without this the model keeps a P that went idle SEARCHING until its next
+ * event. Hot: as frequent as Ms going to sleep (bounded by futex waits). */
+static __always_inline int on_pidleput(struct pt_regs *ctx)
+{
+    gm_emit(GM_P_IDLE, gm_pid(ctx->ax), gm_tid(), 0, 0, 0);
+    return 0;
+}
+
 /* ---- cold probes (every mode) -------------------------------------------------------- */
 
 /* runtime.handoffp(pp *p), on sysmon's M (retake) or g0: RAX=P, already taken from its M. */
@@ -534,6 +546,7 @@ int gmpmon_probe(struct pt_regs *ctx)
     case H_STW_START: return on_stw_start(ctx);
     case H_LOCK_ENTER: return on_lock_enter(ctx);
     case H_LOCK_EXIT: return on_lock_exit(ctx);
+    case H_PIDLEPUT: return on_pidleput(ctx);
     }
     return 0;
 }
@@ -571,4 +584,5 @@ GM_PROBE(stw_stop, H_STW_STOP)
 GM_PROBE(stw_start, H_STW_START)
 GM_PROBE(lock_enter, H_LOCK_ENTER)
 GM_PROBE(lock_exit, H_LOCK_EXIT)
+GM_PROBE(pidleput, H_PIDLEPUT)
 #endif /* GM_PERF_FALLBACK */

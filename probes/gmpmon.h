@@ -34,6 +34,7 @@ struct gm_event {
 #define GM_STEAL         14
 #define GM_MUTEX         15
 #define GM_MUTEX_ADDR    16
+#define GM_P_IDLE        17
 
 /* gmpmon.events.Counter — the in-kernel aggregate tables. */
 #define GM_C_SCHED_LAT      1

@@ -75,6 +75,8 @@ OPTIONAL_ROLES: tuple[Role, ...] = (
     # the interrupted user state, so only its very first instruction is safe.
     Role("runtime.asyncPreempt", ("runtime.asyncPreempt", "runtime.asyncPreempt.abi0"), ("*",)),
     Role("runtime.newproc.func1", ("runtime.newproc.func1",), ("rdx",)),
+    # pidleput(pp *p) (1.19) / pidleput(pp *p, now int64) int64 (1.20+): RAX = pp.
+    Role("runtime.pidleput", ("runtime.pidleput",), ("rax",)),
 )
 
 OPTIONAL_WHY: dict[str, str] = {
@@ -85,6 +87,8 @@ OPTIONAL_WHY: dict[str, str] = {
     "mutex.lockSlow": "no sync.Mutex slow path in this binary: mutex contention is not traced",
     "runtime.asyncPreempt": "no symbol: signal-based preemptions are not traced",
     "runtime.newproc.func1": "no symbol: runqput from newproc is not told apart",
+    "runtime.pidleput": "no symbol: a P that goes idle shows as spinning until its next "
+    "event (or a sample)",
 }
 
 _REG_FAMILY: dict[str, str] = {}

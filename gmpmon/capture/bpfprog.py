@@ -55,6 +55,7 @@ HANDLERS: tuple[str, ...] = (
     "stw_start",
     "lock_enter",
     "lock_exit",
+    "pidleput",  # appended: PROBE_HITS keys of older recordings keep their meaning
 )
 PROBE_IDS = HANDLERS  # kept for readers of PROBE_HITS keys
 
@@ -72,6 +73,7 @@ _ENTRY_PROBES: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
     ("gmpmon_sysenter", ("runtime.entersyscall",), True, "syscall"),
     ("gmpmon_sysexit", ("runtime.exitsyscall",), True, "syscall"),
     ("gmpmon_steal_try", ("runtime.runqsteal",), True, "steal"),
+    ("gmpmon_pidleput", ("runtime.pidleput",), True, "idle"),
     ("gmpmon_handoffp", ("runtime.handoffp",), False, "syscall"),
     ("gmpmon_sysenterblk", ("runtime.entersyscallblock",), False, "syscall"),
     ("gmpmon_preemptone", ("runtime.preemptone",), False, "preempt"),

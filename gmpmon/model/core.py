@@ -7,7 +7,8 @@ Shape (after golang.org/x/exp/trace and gotraceui):
 - A P's span is closed by P transitions *and* by goroutine transitions on that P: EXECUTE
   opens RUNNING(goid); PARK / PREEMPTED / GO_EXIT close it (the M goes back into the
   scheduler: SEARCHING); SYSCALL_ENTER opens SYSCALL(goid); HANDOFF takes the P away from a
-  syscall (IDLE until an M picks it up); STW_START..STW_END puts every P in GCSTOP.
+  syscall (IDLE until an M picks it up); P_IDLE (``pidleput``) ends a failed search (IDLE until
+  the next SCHED/EXECUTE on it); STW_START..STW_END puts every P in GCSTOP.
 - G transitions are checked against one table of legal transitions; a violation (a missed
   or reordered event) is counted, the G moves on, nothing raises.
 - LOST and WINDOW bump an *epoch*: every G whose state was learnt in an older epoch is
@@ -85,6 +86,11 @@ LEGAL_G: dict[int, tuple[frozenset[int], int]] = {
 _FROM = {int(k): v[0] for k, v in LEGAL_G.items()}
 _FROM_EXECUTE, _FROM_PARK, _FROM_READY = _FROM[Kind.EXECUTE], _FROM[Kind.PARK], _FROM[Kind.READY]
 
+# P states a P may be in when it is put on the idle list (P_IDLE): its M searched and gave up,
+# a syscall's P handed off, a stopped world restarted, or a repeat. RUNNING with a G we still
+# believe on it means we missed that G leaving (counted as illegal).
+LEGAL_P_IDLE_FROM = frozenset({P_UNKNOWN, P_SEARCHING, P_IDLE, P_SYSCALL, P_GCSTOP})
+
 P_SAMPLE_STATUS_NAMES = ("_Pidle", "_Prunning", "_Psyscall", "_Pgcstop", "_Pdead")
 G_STATUS_RUNNING = 2
 G_STATUS_SYSCALL = 3
@@ -118,6 +124,7 @@ HOT_KINDS = frozenset(
         Kind.SYSCALL_EXIT,
         Kind.PREEMPTED,
         Kind.STEAL,
+        Kind.P_IDLE,
     )
 )
 
@@ -241,6 +248,7 @@ class Model:
         self.events_lost = 0
         self.late_events = 0
         self.illegal = 0
+        self.p_idles = 0  # P_IDLE events applied (pidleput)
         self.unseen_wakes = 0  # WAITING -> RUNNING with no READY (netpoll, GC workers)
 
         self._procs: dict[int, _P] = {}
@@ -316,6 +324,7 @@ class Model:
             (Kind.STEAL, self._on_steal),
             (Kind.MUTEX, self._on_mutex),
             (Kind.MUTEX_ADDR, self._on_mutex_addr),
+            (Kind.P_IDLE, self._on_p_idle),
             (Kind.P_SAMPLE, self._on_p_sample),
             (Kind.SCHED_SAMPLE, self._on_sched_sample),
             (Kind.COUNTER, self._on_counter),
@@ -639,6 +648,30 @@ class Model:
         if p >= 0:
             pp = self._proc(p, ts)
             pp.m = 0
+            self._p_to(pp, ts, P_IDLE, 0)
+
+    def _on_p_idle(self, e: EventTuple) -> None:
+        ts, _, p, _m, _g, _a0, _a1 = e
+        if p < 0:
+            return
+        self.p_idles += 1
+        pp = self._proc(p, ts)
+        state = pp.state
+        if state == P_GCSTOP and self._stw_start >= 0:
+            self._p_to(pp, ts, P_IDLE, 0)  # resumes idle at STW_END
+            return
+        if state not in LEGAL_P_IDLE_FROM:
+            prev = self._gs.get(pp.goid) if pp.goid else None
+            if (
+                prev is not None
+                and prev.state == G_RUNNING
+                and prev.p == p
+                and prev.epoch == self._epoch
+            ):
+                self.illegal += 1  # its G never left this P as far as we saw
+                prev.state = G_UNKNOWN
+        pp.m = 0  # an idle P has no M
+        if state != P_IDLE:
             self._p_to(pp, ts, P_IDLE, 0)
 
     def _on_preempt_req(self, e: EventTuple) -> None:

@@ -457,3 +457,58 @@ def test_timeline_is_bounded_by_the_window() -> None:
     assert s.now - spans[0].start <= 1_000_000 + 10_000
     assert 150 <= len(spans) <= 210
     assert proc(s, 0).running_ns == 2000 * 5_000  # totals cover everything
+
+
+def test_p_goes_idle_after_failed_search() -> None:
+    # pidleput after a failed findRunnable: the P is idle, not spinning, until its next event.
+    s = run(
+        [
+            ev(0, Kind.EXECUTE, p=0, m=100, g=5),
+            ev(0, Kind.SCHED, p=1, m=101),
+            ev(5, Kind.P_IDLE, p=1, m=101),  # M 101 found nothing: P 1 idle, M stops
+            ev(10, Kind.PARK, p=0, m=100, g=5, a0=SLEEP),  # M 100 searches with P 0 ...
+            ev(15, Kind.P_IDLE, p=0, m=100),  # ... and gives up
+            ev(80, Kind.SCHED, p=1, m=101),  # woken to spin (wakep): searching again
+            ev(90, Kind.P_IDLE, p=1, m=101),
+            ev(100, Kind.EXECUTE, p=0, m=100, g=6),  # a timer's G: the idle span ends
+            ev(120, Kind.PARK, p=0, m=100, g=6, a0=SLEEP),
+        ]
+    )
+    p0, p1 = proc(s, 0), proc(s, 1)
+    assert (p0.running_ns, p0.spinning_ns, p0.idle_ns) == (30_000, 5_000, 85_000)
+    assert (p1.running_ns, p1.spinning_ns, p1.idle_ns) == (0, 15_000, 105_000)
+    assert p1.state is PState.IDLE and p1.m == 0
+    assert p0.state is PState.SEARCHING
+    assert s.illegal_transitions == 0
+
+
+def test_p_idle_during_stw_resumes_idle_and_running_p_idle_is_illegal() -> None:
+    s = run(
+        [
+            ev(0, Kind.SCHED, p=0, m=100),
+            ev(0, Kind.EXECUTE, p=1, m=101, g=7),
+            ev(10, Kind.STW_START, a0=1),
+            ev(20, Kind.P_IDLE, p=0, m=101),  # procresize while the world is stopped
+            ev(30, Kind.STW_END, a0=1, a1=20_000),
+            ev(40, Kind.P_IDLE, p=1, m=101),  # g 7 still running on P 1 as far as we saw
+            ev(50, Kind.EXECUTE, p=1, m=101, g=7),  # not illegal again: g 7 became unknown
+        ]
+    )
+    p0, p1 = proc(s, 0), proc(s, 1)
+    assert (p0.spinning_ns, p0.gcstop_ns, p0.idle_ns) == (10_000, 20_000, 20_000)
+    assert (p1.running_ns, p1.gcstop_ns, p1.idle_ns) == (20_000, 20_000, 10_000)
+    assert s.illegal_transitions == 1
+
+
+def test_p_idle_outside_a_window_is_dropped() -> None:
+    s = run(
+        [
+            ev(0, Kind.WINDOW, a0=1),
+            ev(0, Kind.SCHED, p=0, m=100),
+            ev(10, Kind.WINDOW, a0=0),
+            ev(11, Kind.P_IDLE, p=0, m=100),  # hot probe still detaching
+        ],
+        mode="default",
+    )
+    p0 = proc(s, 0)
+    assert p0.spinning_ns == 10_000 and p0.idle_ns == 0 and p0.state is PState.UNKNOWN
