@@ -103,7 +103,14 @@ class ProcsView(VerticalScroll):
         self.query_one(ProcTable).snapshot = snap
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(f"global runq {snap.global_runq}", style="bold")
-        text.append(f"  idle Ps {snap.npidle}  spinning Ms {snap.nmspinning}")
+        if snap.window == "exact":
+            # Full mode reads no runtime.sched samples (npidle/nmspinning stay 0): count the
+            # rows, so the header agrees with the states shown below it.
+            idle = sum(1 for p in snap.procs if p.state is PState.IDLE)
+            searching = sum(1 for p in snap.procs if p.state is PState.SEARCHING)
+            text.append(f"  idle Ps {idle}  searching Ps {searching}")
+        else:
+            text.append(f"  idle Ps {snap.npidle}  spinning Ms {snap.nmspinning}")
         text.append(f"  STW {snap.stw_count}")
         if snap.stw_count:
             text.append(f" (max {fmt_ns(snap.stw_max_ns)}, total {fmt_ns(snap.stw_total_ns)})")
