@@ -64,9 +64,9 @@ Sample and counter events (``sample`` mode's sampler, and all modes):
 
 =================  =============================================================================
 P_SAMPLE           State of P ``p`` read from the target's memory. m = tid of its M (0 if
-                   none), g = goid of its M's curg (0 if none), a0 = P status
-                   (``_Pidle``.. as in ``Header.p_status``) | (curg status << 8) |
-                   (runq length << 16), a1 = schedtick.
+                   none), g = goid of its M's curg (0 if none), a0 = P status (index
+                   into ``Header.p_status``: ``idle``, ``running``...) | (curg status << 8)
+                   | (runq length << 16), a1 = schedtick.
 SCHED_SAMPLE       Global scheduler state: a0 = npidle | (nmspinning << 32),
                    a1 = global runq length.
 COUNTER            A delta of an in-kernel aggregate: g = :class:`Counter` table id,
@@ -204,6 +204,8 @@ class Header:
     wait_reasons: tuple[str, ...]  # index = wait-reason value
     stw_reasons: tuple[str, ...] = ()
     g_status: tuple[str, ...] = ()
+    # The runtime's _P* constant names without the prefix ("idle", "running", ...); recordings
+    # made before that spelling say "_Pidle"...: readers accept both.
     p_status: tuple[str, ...] = ()
     duty_window_ms: int = 0  # default mode: hot probes attached for this long ...
     duty_period_ms: int = 0  # ... in every period; 0 when not duty-cycled

@@ -66,9 +66,7 @@ def make_header(info: BinaryInfo, pid: int, capture: Capture, gomaxprocs: int) -
         wait_reasons=info.wait_reasons,
         stw_reasons=info.stw_reasons,
         g_status=info.g_status,
-        # The model decodes P_SAMPLE statuses by the runtime's constant names (_Pidle, ...);
-        # BinaryInfo may spell them without the prefix.
-        p_status=tuple(n if n.startswith("_P") else f"_P{n}" for n in info.p_status),
+        p_status=info.p_status,
         duty_window_ms=capture.window_ns // 1_000_000 if default else 0,
         duty_period_ms=capture.period_ns // 1_000_000 if default else 0,
         features=capture.features,

@@ -91,7 +91,9 @@ _FROM_EXECUTE, _FROM_PARK, _FROM_READY = _FROM[Kind.EXECUTE], _FROM[Kind.PARK], 
 # believe on it means we missed that G leaving (counted as illegal).
 LEGAL_P_IDLE_FROM = frozenset({P_UNKNOWN, P_SEARCHING, P_IDLE, P_SYSCALL, P_GCSTOP})
 
-P_SAMPLE_STATUS_NAMES = ("_Pidle", "_Prunning", "_Psyscall", "_Pgcstop", "_Pdead")
+# The runtime's _P* constants without the prefix (BinaryInfo.p_status, Header.p_status).
+# Recordings made before this spelling carry "_Pidle"...: the decoder strips the prefix.
+P_SAMPLE_STATUS_NAMES = ("idle", "running", "syscall", "gcstop", "dead")
 G_STATUS_RUNNING = 2
 G_STATUS_SYSCALL = 3
 
@@ -770,7 +772,7 @@ class Model:
         status = self._p_status_map.get(a0 & 0xFF, P_UNKNOWN)
         if self._hot:
             # Exact events own the timeline, but no probe sees findRunnable give up (pidleput,
-            # stopm): a sample of _Pidle is the only news that a searching P went idle.
+            # stopm): a sample reading idle is the only news that a searching P went idle.
             if status == P_IDLE and pp.state == P_SEARCHING:
                 self._p_to(pp, ts, P_IDLE, 0)
             return
@@ -786,7 +788,7 @@ class Model:
         elif status == P_SYSCALL:
             goid = g
         if status == -1:
-            return  # _Pdead: beyond GOMAXPROCS
+            return  # dead: beyond GOMAXPROCS
         if status != pp.state or goid != pp.goid:
             self._p_to(pp, ts, status, goid, self._account_samples)
 
@@ -857,14 +859,17 @@ class Model:
     @staticmethod
     def _p_status_decoder(names: tuple[str, ...]) -> dict[int, int]:
         to_state = {
-            "_Pidle": P_IDLE,
-            "_Prunning": P_RUNNING,
-            "_Psyscall": P_SYSCALL,
-            "_Pgcstop": P_GCSTOP,
-            "_Pdead": -1,
+            "idle": P_IDLE,
+            "running": P_RUNNING,
+            "syscall": P_SYSCALL,
+            "gcstop": P_GCSTOP,
+            "dead": -1,
         }
         table = names if names else P_SAMPLE_STATUS_NAMES
-        return {i: to_state.get(n, P_UNKNOWN) for i, n in enumerate(table)}
+        return {
+            i: to_state.get(n[2:] if n.startswith("_P") else n, P_UNKNOWN)
+            for i, n in enumerate(table)
+        }
 
     def reason_name(self, idx: int) -> str:
         if idx in WAKE_NAMES:

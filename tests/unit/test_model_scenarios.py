@@ -6,6 +6,7 @@ readability (``us(n)``). Expected numbers are worked out from the scenario, not 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from gmpmon.events import U64_MAX, Batch, Counter, EventTuple, Header, Kind, LockKind
@@ -512,3 +513,28 @@ def test_p_idle_outside_a_window_is_dropped() -> None:
     )
     p0 = proc(s, 0)
     assert p0.spinning_ns == 10_000 and p0.idle_ns == 0 and p0.state is PState.UNKNOWN
+
+
+def test_p_status_spellings_old_and_new_decode_alike() -> None:
+    # Headers say "idle", "running"... (BinaryInfo.p_status); recordings made before carry
+    # the runtime's constant names "_Pidle"...: both replay the same.
+    running = 1 | (2 << 8)
+    events = [
+        ev(0, Kind.P_SAMPLE, p=0, m=100, g=3, a0=running),
+        ev(0, Kind.P_SAMPLE, p=1, a0=0),
+        ev(10, Kind.P_SAMPLE, p=0, a0=0),
+        ev(20, Kind.P_SAMPLE, p=1, a0=4),  # dead: beyond GOMAXPROCS, ignored
+    ]
+    out = []
+    for names in (
+        ("idle", "running", "syscall", "gcstop", "dead"),
+        ("_Pidle", "_Prunning", "_Psyscall", "_Pgcstop", "_Pdead"),
+    ):
+        model = Model(dataclasses.replace(header("sample"), p_status=names))
+        model.feed(Batch(list(events)))
+        model.flush()
+        s = model.snapshot()
+        out.append([(p.id, p.state, p.running_ns, p.idle_ns) for p in s.procs])
+    assert out[0] == out[1]
+    assert out[0][0] == (0, PState.IDLE, 10_000, 10_000)
+    assert out[0][1][1] is PState.IDLE
