@@ -117,7 +117,7 @@ class LiveSession:
 
     def status(self) -> str:
         if self.capture.target_exited:
-            return "target exited"
+            return f"target {self.capture.exit_reason or 'exited'}"
         if self.finished.is_set():
             return "detached"
         if self.capture.mode == "default":
@@ -195,6 +195,14 @@ class LiveSession:
                 while self.capture.get_batch(timeout=1.0) is not None:
                     pass
         finally:
+            if self.capture.target_exited:
+                # Nothing more will come: make the outputs complete now, not when the user
+                # leaves the TUI (a closed terminal must not lose the recording's tail).
+                with contextlib.suppress(Exception):
+                    self.model.flush()
+                    self._latest = self.model.snapshot()
+                with contextlib.suppress(Exception):
+                    self.stop_recording()
             self.finished.set()
 
     def _consume(self, batch: Batch) -> None:

@@ -127,7 +127,8 @@ class GmpmonApp(App[None]):
     # -- polling (worker thread: only reads the source and posts messages) ---------------
     def _poll_once(self) -> SnapshotReady:
         position = self.seek.position() if self.seek is not None else None
-        return SnapshotReady(self.source.latest(), self.source.status(), position)
+        ended = self.source.live and bool(getattr(self.source, "target_exited", False))
+        return SnapshotReady(self.source.latest(), self.source.status(), position, ended)
 
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
     def _poll_source(self) -> None:
@@ -150,7 +151,10 @@ class GmpmonApp(App[None]):
 
     def on_snapshot_ready(self, msg: SnapshotReady) -> None:
         if self.paused and self.seek is None:
-            return  # pausing a live view freezes what is shown; the capture goes on
+            # Pausing a live view freezes the numbers; the capture goes on, and its status
+            # (the target exiting above all) must still show.
+            self._deliver_status(msg)
+            return
         self._deliver(msg)
 
     def on_source_failed(self, msg: SourceFailed) -> None:
@@ -158,9 +162,17 @@ class GmpmonApp(App[None]):
             self._failed = True
             self.notify(msg.error, title="source failed", severity="error", timeout=10)
 
-    def _deliver(self, msg: SnapshotReady) -> None:
+    def _deliver_status(self, msg: SnapshotReady) -> None:
         status = self.query_one(StatusHeader)
         status.status = msg.status
+        if msg.ended and not status.ended:
+            status.ended = True
+            # The TUI stays up so the last numbers can be read; say once how to leave.
+            self.notify("target exited: the numbers are final; q to quit",
+                        title="target exited", severity="warning", timeout=10)
+
+    def _deliver(self, msg: SnapshotReady) -> None:
+        self._deliver_status(msg)
         if msg.snapshot is not None and msg.snapshot is not self.snapshot:
             self.snapshot = msg.snapshot
 

@@ -19,11 +19,13 @@ class SnapshotReady(Message):
         snapshot: Snapshot | None,
         status: str,
         position: tuple[int, int, int] | None = None,
+        ended: bool = False,
     ) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.status = status
         self.position = position
+        self.ended = ended  # a live source's target has exited: nothing more will come
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotReady)

@@ -18,6 +18,7 @@ class StatusHeader(Widget):
     status: reactive[str] = reactive("")
     paused: reactive[bool] = reactive(False)
     recording: reactive[str | None] = reactive(None)
+    ended: reactive[bool] = reactive(False)  # live target exited
 
     def __init__(self, header: Header, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -36,6 +37,12 @@ class StatusHeader(Widget):
         top.append(f"mode {h.mode}", style="#d29922")
 
         second = Text(no_wrap=True, overflow="ellipsis")
+        if self.ended:
+            # The TUI stays up after the target is gone: first on the line (never cut off at
+            # 80 columns), so it cannot pass for a live view.
+            second.append(f" {self.status or 'target exited'} - q to quit ",
+                          style="bold white on #da3633")
+            second.append("  ")
         if snap is None:
             second.append("waiting for the first events…", style="dim")
         else:
@@ -50,7 +57,7 @@ class StatusHeader(Widget):
             second.append(f"  ● REC {os.path.basename(self.recording)}", style="bold #f85149")
         if self.paused:
             second.append("  ❚❚ PAUSED", style="bold black on #d29922")
-        if self.status:
+        if self.status and not self.ended:
             second.append(f"  {self.status}", style="#a371f7")
         out = Text("\n", no_wrap=True, overflow="ellipsis").join([top, second])
         out.no_wrap = True
