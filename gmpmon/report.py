@@ -111,6 +111,15 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
                 )[:top]
             ],
         },
+        # Every blocking wait gmpmon measured, by what it waited for (sync.Mutex included;
+        # RWMutex, WaitGroup and other semaphores from semacquire1).
+        "waits_by_kind": {
+            k: {"count": c, "wait_ns": w} for k, (c, w) in snap.waits_by_kind.items()
+        },
+        "waits_top": [
+            {"kind": s.kind, "stack": list(s.stack), "count": s.count, "wait_ns": s.wait_ns}
+            for s in snap.wait_stacks[:top]
+        ],
         "sources": dict(sorted(snap.sources.items())),
     }
 
@@ -257,6 +266,10 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
             add(_fit(f"      {f}", WIDTH))
         if len(frames) > 6:
             add(f"      ... {len(frames) - 6} more frames")
+    others = [(k, c, w) for k, (c, w) in snap.waits_by_kind.items() if k != "sync.Mutex"]
+    if others:
+        add("Other blocking waits: " + ", ".join(
+            f"{k} {c}x {fmt_ns(w)}" for k, c, w in sorted(others, key=lambda r: -r[2])))
     return "\n".join(line.rstrip()[:WIDTH] for line in lines) + "\n"
 
 

@@ -17,6 +17,11 @@
  *   LOCK_RA_OFF       where lockSlow's return address is relative to RSP at its probe site:
  *                     0 at `push rbp` (1.21+ prologues); the frame size when the site is
  *                     past `sub rsp, N` (1.19's prologue has no push: sub/mov/lea rbp).
+ *   SEMA_RA_OFF       the same for semacquire1's probe site.
+ *   SEMA_HAS_REASON   1 when semacquire1 has its 5th argument `reason waitReason` (SIL, 1.21+).
+ *   WR_SYNC_MUTEX WR_RWMUTEX_R WR_RWMUTEX_W  this binary's waitReason values for
+ *                     "sync.Mutex.Lock", "sync.RWMutex.RLock", "sync.RWMutex.Lock" (256 =
+ *                     absent: never equal to a u8 reason).
  *
  * ABIInternal (go-runtime.md §1): arguments in RAX, RBX, RCX, RDI, RSI, ...; R14 = current g.
  * Every probe sits on an emulated instruction (push rbp / jcc / call) after the stack check,
@@ -78,6 +83,15 @@ struct gm_lock {
     u64 stack;   /* (caller pc << 16) | (stack id & 0xffff) */
 };
 BPF_HASH(lock_at, u64, struct gm_lock, 65536);
+
+/* semacquire1 in progress, per goid: like lock_at, plus the LockKind decided at entry. */
+struct gm_sema {
+    u64 ts;
+    u64 addr;
+    u64 stack;   /* (caller pc << 16) | (stack id & 0xffff) */
+    u64 kind;    /* GM_LOCK_* */
+};
+BPF_HASH(sema_at, u64, struct gm_sema, 65536);
 BPF_STACK_TRACE(stacks, 16384);
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -510,6 +524,57 @@ static __always_inline int on_lock_exit(struct pt_regs *ctx)
     return 0;
 }
 
+/* runtime.semacquire1(addr *uint32, lifo bool, profile semaProfileFlags, skipframes int
+ * [, reason waitReason 1.21+]), entry, on the user g: RAX = addr, SIL = reason. Reached from
+ * sync.RWMutex RLock/Lock, WaitGroup.Wait, internal/poll's fdMutex, the runtime's own
+ * semacquire (worldsema...), and from sync.Mutex's lockSlow: that one is already measured
+ * by on_lock_enter, so it is skipped (a lockSlow in progress for this goid, or 1.21+'s
+ * reason "sync.Mutex.Lock"). 1.19 has no reason: every wait there is GM_LOCK_SEMA. */
+static __always_inline int on_sema_enter(struct pt_regs *ctx)
+{
+    u64 goid = gm_goid(ctx->r14);
+    if (lock_at.lookup(&goid))
+        return 0;
+    u64 kind = GM_LOCK_SEMA;
+#if SEMA_HAS_REASON
+    u32 reason = ctx->si & 0xff;
+    if (reason == WR_SYNC_MUTEX)
+        return 0;
+    if (reason == WR_RWMUTEX_R)
+        kind = GM_LOCK_RWMUTEX_R;
+    else if (reason == WR_RWMUTEX_W)
+        kind = GM_LOCK_RWMUTEX_W;
+#endif
+    int sid = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    u64 caller = rd64(ctx->sp + SEMA_RA_OFF);
+    struct gm_sema w = {
+        .ts = bpf_ktime_get_ns(),
+        .addr = ctx->ax,
+        .stack = (caller << 16) | (u64)(sid >= 0 ? (sid & 0xffff) : 0xffff),
+        .kind = kind,
+    };
+    sema_at.update(&goid, &w);
+    return 0;
+}
+
+/* A RET of semacquire1 (single-stepped: cold, a G that blocks on a semaphore gets here). */
+static __always_inline int on_sema_exit(struct pt_regs *ctx)
+{
+    u64 goid = gm_goid(ctx->r14);
+    struct gm_sema *w = sema_at.lookup(&goid);
+    if (!w)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    u64 wait = now >= w->ts ? now - w->ts : 0;
+    u64 addr = w->addr, stack = w->stack, kind = w->kind;
+    sema_at.delete(&goid);
+    s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
+    u32 tid = gm_tid();
+    gm_emit(GM_MUTEX_ADDR, pid, tid, goid, addr, kind);
+    gm_emit(GM_MUTEX, pid, tid, goid, wait, stack);
+    return 0;
+}
+
 /* ---- entry points --------------------------------------------------------------------- */
 
 /* One program for every site, attached with BPF_TRACE_UPROBE_MULTI links (kernel 6.6+):
@@ -547,6 +612,8 @@ int gmpmon_probe(struct pt_regs *ctx)
     case H_LOCK_ENTER: return on_lock_enter(ctx);
     case H_LOCK_EXIT: return on_lock_exit(ctx);
     case H_PIDLEPUT: return on_pidleput(ctx);
+    case H_SEMA_ENTER: return on_sema_enter(ctx);
+    case H_SEMA_EXIT: return on_sema_exit(ctx);
     }
     return 0;
 }
@@ -585,4 +652,6 @@ GM_PROBE(stw_start, H_STW_START)
 GM_PROBE(lock_enter, H_LOCK_ENTER)
 GM_PROBE(lock_exit, H_LOCK_EXIT)
 GM_PROBE(pidleput, H_PIDLEPUT)
+GM_PROBE(sema_enter, H_SEMA_ENTER)
+GM_PROBE(sema_exit, H_SEMA_EXIT)
 #endif /* GM_PERF_FALLBACK */

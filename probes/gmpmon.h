@@ -46,6 +46,9 @@ struct gm_event {
 
 /* gmpmon.events.LockKind */
 #define GM_LOCK_MUTEX 1
+#define GM_LOCK_RWMUTEX_R 2
+#define GM_LOCK_RWMUTEX_W 3
+#define GM_LOCK_SEMA 4
 
 /* Key of the generic counter hash (see gm_count in gmpmon.bpf.c); decoded by
  * gmpmon/capture/bpfprog.py:decode_counter_key. */

@@ -56,6 +56,8 @@ HANDLERS: tuple[str, ...] = (
     "lock_enter",
     "lock_exit",
     "pidleput",  # appended: PROBE_HITS keys of older recordings keep their meaning
+    "sema_enter",
+    "sema_exit",
 )
 PROBE_IDS = HANDLERS  # kept for readers of PROBE_HITS keys
 
@@ -85,6 +87,7 @@ _ENTRY_PROBES: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
         False,
         "mutex",
     ),
+    ("gmpmon_sema_enter", ("runtime.semacquire1",), False, "waits"),
 )
 
 
@@ -97,6 +100,7 @@ class ProbePlan:
     features: list[str] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)
     lock_ra_off: int = 0  # return address of lockSlow at [RSP + this] at its probe site
+    sema_ra_off: int = 0  # the same for semacquire1
 
 
 def plan_probes(info: BinaryInfo) -> ProbePlan:
@@ -119,6 +123,10 @@ def plan_probes(info: BinaryInfo) -> ProbePlan:
             plan.lock_ra_off = -int(getattr(ps, "entry_sp_delta", 0))
             for ret in ps.rets:
                 add(Site("gmpmon_lock_exit", ret, ps.symbol, False), feature)
+        if fn == "gmpmon_sema_enter":
+            plan.sema_ra_off = -int(getattr(ps, "entry_sp_delta", 0))
+            for ret in ps.rets:
+                add(Site("gmpmon_sema_exit", ret, ps.symbol, False), feature)
         if fn == "gmpmon_steal_try":
             got = list(ps.call_results.get("runtime.runqgrab", ()))
             if not got:
@@ -169,6 +177,14 @@ def _off(info: BinaryInfo, key: str) -> int:
         ) from e
 
 
+def _reason(info: BinaryInfo, name: str) -> int:
+    """This binary's waitReason value for `name`; 256 (no u8 equals it) when absent."""
+    try:
+        return info.wait_reasons.index(name)
+    except ValueError:
+        return 256
+
+
 def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[str]:
     defs: dict[str, int] = {
         "TGID": tgid,
@@ -187,6 +203,11 @@ def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[s
         "HAVE_RUNQSIZE": 1 if runqsize_link_addr(info) else 0,
         "STW_HAS_REASON": 1 if info.go_minor >= 21 else 0,
         "LOCK_RA_OFF": plan.lock_ra_off if plan else 0,
+        "SEMA_RA_OFF": plan.sema_ra_off if plan else 0,
+        "SEMA_HAS_REASON": 1 if info.go_minor >= 21 else 0,
+        "WR_SYNC_MUTEX": _reason(info, "sync.Mutex.Lock"),
+        "WR_RWMUTEX_R": _reason(info, "sync.RWMutex.RLock"),
+        "WR_RWMUTEX_W": _reason(info, "sync.RWMutex.Lock"),
         "GM_PERF_FALLBACK": 0 if uprobe_multi_supported() else 1,
     }
     for i, name in enumerate(HANDLERS):

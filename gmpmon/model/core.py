@@ -43,9 +43,11 @@ from gmpmon.events import (
     EventTuple,
     Header,
     Kind,
+    LockKind,
 )
 from gmpmon.model import hist as h
 from gmpmon.model.snapshot import (
+    LOCK_KIND_NAMES,
     GoroutineView,
     GState,
     MutexStack,
@@ -98,6 +100,12 @@ G_STATUS_RUNNING = 2
 G_STATUS_SYSCALL = 3
 
 _TS = itemgetter(0)
+LOCK_MUTEX = int(LockKind.MUTEX)
+
+
+def _lock_kind_name(kind: int) -> str:
+    return LOCK_KIND_NAMES.get(kind, f"lockkind({kind})")
+
 MAX_PROCS = 1 << 14  # P ids at or above this are treated as corrupt input
 K_EXECUTE, K_PARK, K_READY, K_GO_CREATE, K_GO_EXIT = (
     int(Kind.EXECUTE),
@@ -304,7 +312,9 @@ class Model:
         self.mutex_wait_ns = 0
         self._mutex_by_stack: dict[int, list[int]] = {}
         self._mutex_by_addr: dict[int, list[int]] = {}
-        self._mutex_addr_of_g: dict[int, int] = {}
+        self._mutex_addr_of_g: dict[int, tuple[int, int]] = {}  # goid -> (addr, LockKind)
+        self._waits_by_kind: dict[int, list[int]] = {}  # LockKind -> [count, ns]
+        self._wait_by_stack: dict[tuple[int, int], list[int]] = {}  # (kind, stack) -> [n, ns]
 
         self._p_status_map = self._p_status_decoder(header.p_status)
 
@@ -743,10 +753,26 @@ class Model:
             row[2] += a1
 
     def _on_mutex_addr(self, e: EventTuple) -> None:
-        self._mutex_addr_of_g[e[4]] = e[5]
+        self._mutex_addr_of_g[e[4]] = (e[5], e[6])
 
     def _on_mutex(self, e: EventTuple) -> None:
         _ts, _, _p, _m, g, a0, a1 = e
+        addr, kind = self._mutex_addr_of_g.pop(g, (-1, LOCK_MUTEX))
+        krow = self._waits_by_kind.get(kind)
+        if krow is None:
+            krow = self._waits_by_kind[kind] = [0, 0]
+        krow[0] += 1
+        krow[1] += a0
+        if kind != LOCK_MUTEX:
+            # RWMutex and semaphore waits (semacquire1): kept apart, so that "mutex" stays
+            # sync.Mutex contention only.
+            key = (kind, a1)
+            wrow = self._wait_by_stack.get(key)
+            if wrow is None:
+                wrow = self._wait_by_stack[key] = [0, 0]
+            wrow[0] += 1
+            wrow[1] += a0
+            return
         self.mutex_contentions += 1
         self.mutex_wait_ns += a0
         row = self._mutex_by_stack.get(a1)
@@ -754,8 +780,7 @@ class Model:
             row = self._mutex_by_stack[a1] = [0, 0]
         row[0] += 1
         row[1] += a0
-        addr = self._mutex_addr_of_g.pop(g, None)
-        if addr is not None:
+        if addr >= 0:
             arow = self._mutex_by_addr.get(addr)
             if arow is None:
                 arow = self._mutex_by_addr[addr] = [0, 0]
@@ -1000,6 +1025,11 @@ class Model:
         for sid, (c, w) in self._mutex_by_stack.items():
             stacks.append(MutexStack(self.stacks.get(sid, ("[unknown stack]",)), c, w))
         stacks.sort(key=lambda s: (-s.wait_ns, -s.count, s.stack))
+        wait_stacks = [
+            MutexStack(self.stacks.get(sid, ("[unknown stack]",)), c, w, _lock_kind_name(k))
+            for (k, sid), (c, w) in self._wait_by_stack.items()
+        ]
+        wait_stacks.sort(key=lambda s: (-s.wait_ns, -s.count, s.kind, s.stack))
 
         stw_spans = tuple(s for s in self._stw_spans if s[1] >= cutoff)
         if self._stw_start >= 0:
@@ -1062,6 +1092,10 @@ class Model:
             mutex_wait_ns=self.mutex_wait_ns,
             mutex_stacks=tuple(stacks),
             mutex_by_addr={a: (r[0], r[1]) for a, r in sorted(self._mutex_by_addr.items())},
+            waits_by_kind={
+                _lock_kind_name(k): (r[0], r[1]) for k, r in sorted(self._waits_by_kind.items())
+            },
+            wait_stacks=tuple(wait_stacks),
             illegal_transitions=self.illegal,
             unseen_wakes=self.unseen_wakes,
             window_ns=self.window_ns,

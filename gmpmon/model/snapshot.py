@@ -97,11 +97,21 @@ class StealStats:
     matrix: dict[tuple[int, int], tuple[int, int, int]] = field(default_factory=dict)
 
 
+# events.LockKind value -> the name views and the summary use.
+LOCK_KIND_NAMES: dict[int, str] = {
+    1: "sync.Mutex",
+    2: "sync.RWMutex.RLock",
+    3: "sync.RWMutex.Lock",
+    4: "semacquire",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class MutexStack:
     stack: tuple[str, ...]  # root first
     count: int
     wait_ns: int
+    kind: str = "sync.Mutex"  # LOCK_KIND_NAMES: what was waited for
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,3 +166,7 @@ class Snapshot:
     sources: dict[str, str] = field(default_factory=dict)  # table -> "counters" | "events"
     # (wake reason, P of the execute) -> (count, total latency ns); from events only
     latency_by_reason_proc: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # Blocking waits by kind (LOCK_KIND_NAMES), sync.Mutex included: name -> (count, wait ns).
+    # The mutex_* fields above are sync.Mutex only; the other kinds' stacks are here:
+    waits_by_kind: dict[str, tuple[int, int]] = field(default_factory=dict)
+    wait_stacks: tuple[MutexStack, ...] = ()  # RWMutex / semaphore waits, by wait_ns desc

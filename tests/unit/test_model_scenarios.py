@@ -327,13 +327,36 @@ def test_mutex_contention_per_stack_and_address() -> None:
     )
     model.flush()
     s = model.snapshot()
-    assert s.mutex_contentions == 4 and s.mutex_wait_ns == 12_150
+    # sync.Mutex only in mutex_*: the RWMutex wait is kept apart, by kind.
+    assert s.mutex_contentions == 3 and s.mutex_wait_ns == 12_050
     assert [(m.stack, m.count, m.wait_ns) for m in s.mutex_stacks] == [
         (stack_a, 2, 12_000),
-        (stack_b, 1, 100),
         (("[unknown stack]",), 1, 50),
     ]
-    assert s.mutex_by_addr == {0xC000010: (2, 12_000), 0xC000020: (1, 100)}
+    assert s.mutex_by_addr == {0xC000010: (2, 12_000)}
+    assert s.waits_by_kind == {"sync.Mutex": (3, 12_050), "sync.RWMutex.RLock": (1, 100)}
+    assert [(m.stack, m.count, m.wait_ns, m.kind) for m in s.wait_stacks] == [
+        (stack_b, 1, 100, "sync.RWMutex.RLock"),
+    ]
+
+
+def test_semaphore_waits_by_kind_do_not_count_as_mutex_contention() -> None:
+    s = run(
+        [
+            ev(0, Kind.MUTEX_ADDR, g=1, a0=0xC000100, a1=LockKind.SEMA),
+            ev(0, Kind.MUTEX, g=1, a0=9_000, a1=7),
+            ev(1, Kind.MUTEX_ADDR, g=2, a0=0xC000200, a1=LockKind.RWMUTEX_W),
+            ev(1, Kind.MUTEX, g=2, a0=4_000, a1=7),
+            ev(2, Kind.MUTEX_ADDR, g=3, a0=0xC000100, a1=LockKind.SEMA),
+            ev(2, Kind.MUTEX, g=3, a0=1_000, a1=7),
+        ]
+    )
+    assert s.mutex_contentions == 0 and s.mutex_stacks == () and s.mutex_by_addr == {}
+    assert s.waits_by_kind == {"sync.RWMutex.Lock": (1, 4_000), "semacquire": (2, 10_000)}
+    assert [(m.kind, m.count, m.wait_ns) for m in s.wait_stacks] == [
+        ("semacquire", 2, 10_000),
+        ("sync.RWMutex.Lock", 1, 4_000),
+    ]
 
 
 def test_default_mode_counts_only_inside_windows() -> None:

@@ -29,6 +29,8 @@ SCHEMA_KEYS = {
     "gc_stw",
     "goroutines",
     "mutex",
+    "waits_by_kind",
+    "waits_top",
     "sources",
 }
 

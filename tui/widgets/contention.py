@@ -1,4 +1,5 @@
-"""Contention view: the mutex stacks that waited longest, flame-graph style, one per row."""
+"""Contention view: the mutex stacks that waited longest, flame-graph style, one per row;
+then the other blocking waits (RWMutex, WaitGroup and other semaphores), each with its kind."""
 
 from __future__ import annotations
 
@@ -52,6 +53,34 @@ def addr_table(snap: Snapshot) -> Table | Text:
     return t
 
 
+KIND_SHORT = {
+    "sync.RWMutex.RLock": "RWMutex R",
+    "sync.RWMutex.Lock": "RWMutex W",
+    "semacquire": "sema",
+}
+
+
+def waits_table(snap: Snapshot, bar_width: int = 10) -> Table | Text:
+    """RWMutex and semaphore waits (semacquire1): kept out of the mutex numbers above."""
+    if not snap.wait_stacks:
+        return Text("")
+    top = snap.wait_stacks[0].wait_ns or 1
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
+              header_style="bold dim", expand=True)
+    t.add_column("kind", no_wrap=True)
+    t.add_column("wait", justify="right", no_wrap=True)
+    t.add_column("", no_wrap=True, width=bar_width)
+    t.add_column("count", justify="right", no_wrap=True)
+    t.add_column("avg", justify="right", no_wrap=True)
+    t.add_column("stack (leaf < callers)", no_wrap=True, overflow="ellipsis", ratio=1)
+    for ws in snap.wait_stacks[:TOP_STACKS]:
+        avg = fmt_ns(ws.wait_ns / ws.count) if ws.count else "-"
+        t.add_row(KIND_SHORT.get(ws.kind, ws.kind), fmt_ns(ws.wait_ns),
+                  Text(bar(ws.wait_ns, top, bar_width), style="#a371f7"),
+                  fmt_count(ws.count), avg, short_stack(ws.stack))
+    return t
+
+
 class ContentionView(VerticalScroll):
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
 
@@ -59,10 +88,13 @@ class ContentionView(VerticalScroll):
         yield Static(id="mutex-summary")
         yield Static(id="mutex-stacks", classes="panel")
         yield Static(id="mutex-addrs", classes="panel")
+        yield Static(id="other-waits", classes="panel")
 
     def on_mount(self) -> None:
         self.query_one("#mutex-stacks", Static).border_title = "contended stacks by wait time"
         self.query_one("#mutex-addrs", Static).border_title = "hottest locks"
+        self.query_one("#other-waits", Static).border_title = (
+            "other blocking waits (RWMutex, WaitGroup, semaphores)")
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None:
@@ -71,9 +103,16 @@ class ContentionView(VerticalScroll):
         summary.append(f"contentions {fmt_count(snap.mutex_contentions)}", style="bold")
         summary.append(f"  total wait {fmt_ns(snap.mutex_wait_ns)}")
         summary.append(f"  stacks {len(snap.mutex_stacks)}")
+        others = [(k, c, w) for k, (c, w) in snap.waits_by_kind.items() if k != "sync.Mutex"]
+        if others:
+            summary.append(f"  other waits {fmt_count(sum(c for _k, c, _w in others))}"
+                           f" ({fmt_ns(sum(w for _k, _c, w in others))})")
         summary.append("   e: export folded stacks", style="dim")
         self.query_one("#mutex-summary", Static).update(summary)
         self.query_one("#mutex-stacks", Static).update(stacks_table(snap))
         addrs = self.query_one("#mutex-addrs", Static)
         addrs.display = bool(snap.mutex_by_addr)
         addrs.update(addr_table(snap))
+        waits = self.query_one("#other-waits", Static)
+        waits.display = bool(snap.wait_stacks)
+        waits.update(waits_table(snap))
