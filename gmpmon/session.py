@@ -109,6 +109,16 @@ class LiveSession:
         self.finished = threading.Event()  # the batch stream ended (stop or target exit)
         self._closed = False
         self.error: BaseException | None = None
+        self._outputs_lock = threading.Lock()
+        self._outputs_claimed = False
+
+    def claim_outputs(self) -> bool:
+        """True exactly once: that caller writes the requested output files (at the target's
+        exit while the TUI stays open, or at the end), so they are never written twice."""
+        with self._outputs_lock:
+            first = not self._outputs_claimed
+            self._outputs_claimed = True
+            return first
 
     # --- SnapshotSource ------------------------------------------------------------------
 

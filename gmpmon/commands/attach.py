@@ -136,6 +136,9 @@ def tui(
                 with contextlib.suppress(Exception):
                     app.call_from_thread(app.exit)
                 return
+            if session.target_exited and session.finished.is_set():
+                # The TUI may stay open long after the target is gone: write the files now.
+                finish_outputs(session, args)
 
     threading.Thread(target=watchdog, name="gmpmon-tui-watchdog", daemon=True).start()
     try:
@@ -182,7 +185,7 @@ def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
     from gmpmon import report
 
     snap = session.latest()
-    if snap is None:
+    if snap is None or not session.claim_outputs():
         return
     if args.summary_json:
         with open_private(args.summary_json) as f:
@@ -196,19 +199,9 @@ def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
 
 
 def write_folded(snap: Snapshot, path: str) -> None:
-    try:
-        from gmpmon.export import folded  # the exporter, when it exists
+    from gmpmon.export import folded
 
-        writer: Callable[[Snapshot, str], None] | None = getattr(folded, "write_snapshot", None)
-    except ImportError:
-        writer = None
-    if writer is not None:
-        writer(snap, path)
-        return
-    with open_private(path) as f:
-        for ms in snap.mutex_stacks:
-            frames = ";".join(s.replace(" ", "_").replace(";", ":") for s in ms.stack)
-            f.write(f"{frames or '[Missed User Stack]'} {ms.wait_ns}\n".encode())
+    folded.write_snapshot(snap, path)
 
 
 def _alive(pid: int) -> bool:
