@@ -21,6 +21,17 @@ def _proc(pid: int, *parts: str) -> str:
     return os.path.join(f"/proc/{pid}", *parts)
 
 
+def _denied(pid: int, what: str) -> PermissionDenied:
+    # As root, EACCES on /proc/PID comes from a security module, a ptrace restriction or a
+    # sandbox's own process: saying "run as root" there would send the user in circles.
+    hint = (
+        "refused even to root: a security module, ptrace scope or sandbox protects it"
+        if os.geteuid() == 0
+        else "run as root"
+    )
+    return PermissionDenied(f"cannot read /proc/{pid}/{what}", hint=hint)
+
+
 def exe_path(pid: int) -> str:
     if pid <= 0:
         raise TargetError(f"no such process: {pid}")
@@ -33,7 +44,7 @@ def exe_path(pid: int) -> str:
             raise TargetError(f"no such process: {pid}") from e
         raise TargetError(f"process {pid} has no executable (a kernel thread or zombie)") from e
     except PermissionError as e:
-        raise PermissionDenied(f"cannot read /proc/{pid}/exe (run as root)") from e
+        raise _denied(pid, "exe") from e
     if link.endswith(" (deleted)"):
         return exe
     # The plain path when it names the same file here (same mount namespace), else the
@@ -59,7 +70,7 @@ def load_bias(pid: int, elf: Elf, path: str) -> int:
     except FileNotFoundError as e:
         raise TargetError(f"process {pid} went away") from e
     except PermissionError as e:
-        raise PermissionDenied(f"cannot read /proc/{pid}/maps (run as root)") from e
+        raise _denied(pid, "maps") from e
     loads = [s for s in elf.segments if s.type == PT_LOAD]
     for line in lines:
         fields = line.split(maxsplit=5)
