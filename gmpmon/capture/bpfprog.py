@@ -371,12 +371,12 @@ class BpfProgram:
         """Tell the programs where the target's globals are (PIE: known once mapped)."""
         addr = runqsize_link_addr(self.info)
         if addr:
-            self.bpf["runq_addr"][ct.c_int(0)] = ct.c_uint64(addr + bias)
+            self.bpf[b"runq_addr"][ct.c_int(0)] = ct.c_uint64(addr + bias)
 
     def new_window(self) -> None:
         """Bump the generation the hot probes stamp their timestamps with."""
         self.gen += 1
-        self.bpf["cfg"][ct.c_int(0)] = ct.c_uint32(self.gen)
+        self.bpf[b"cfg"][ct.c_int(0)] = ct.c_uint32(self.gen)
 
     def close(self) -> None:
         for group in list(self._groups):
@@ -386,12 +386,12 @@ class BpfProgram:
     # --- maps ----------------------------------------------------------------------------
 
     def ringbuf_fd(self) -> int:
-        fd: int = self.bpf["events"].map_fd
+        fd: int = self.bpf[b"events"].map_fd
         return fd
 
     def counter_deltas(self) -> list[tuple[int, int, int, int]]:
         """(table, p, key, delta) for every counter that grew since the last call."""
-        table = self.bpf["counters"]
+        table = self.bpf[b"counters"]
         try:
             items = [(k.value, v.value) for k, v in table.items_lookup_batch()]
         except Exception:
@@ -406,13 +406,13 @@ class BpfProgram:
         return out
 
     def lost_delta(self) -> int:
-        total = sum(self.bpf["lost"][ct.c_int(0)])
+        total = sum(self.bpf[b"lost"][ct.c_int(0)])
         d = total - self._prev_lost
         self._prev_lost = total
         return int(d)
 
     def hit_deltas(self) -> list[tuple[int, int]]:
-        hits = self.bpf["hits"]
+        hits = self.bpf[b"hits"]
         out = []
         for i in range(len(HANDLERS)):
             total = int(sum(hits[ct.c_int(i)]))
@@ -424,7 +424,7 @@ class BpfProgram:
 
     def stack(self, stack_id: int) -> list[int]:
         try:
-            return [int(a) for a in self.bpf["stacks"].walk(stack_id)]
+            return [int(a) for a in self.bpf[b"stacks"].walk(stack_id)]
         except Exception:
             return []
 
