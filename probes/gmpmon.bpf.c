@@ -90,6 +90,7 @@ struct gm_sema {
     u64 addr;
     u64 stack;   /* (caller pc << 16) | (stack id & 0xffff) */
     u64 kind;    /* GM_LOCK_* */
+    u64 gen;     /* duty-cycle window of the entry: semacquire1 is a hot probe (see on_sema_exit) */
 };
 BPF_HASH(sema_at, u64, struct gm_sema, 65536);
 BPF_STACK_TRACE(stacks, 16384);
@@ -552,18 +553,26 @@ static __always_inline int on_sema_enter(struct pt_regs *ctx)
         .addr = ctx->ax,
         .stack = (caller << 16) | (u64)(sid >= 0 ? (sid & 0xffff) : 0xffff),
         .kind = kind,
+        .gen = gm_gen(),
     };
     sema_at.update(&goid, &w);
     return 0;
 }
 
-/* A RET of semacquire1 (single-stepped: cold, a G that blocks on a semaphore gets here). */
+/* A RET of semacquire1 (single-stepped, ~25 µs: a G that blocks on a semaphore gets here).
+ * In the hot tier, not the cold one: net/http alone makes hundreds of fd-lock and WaitGroup
+ * waits a second, which `sample` mode must not pay for. An entry from an earlier duty-cycle
+ * window is dropped: the G may have left and re-entered semacquire1 while we were detached. */
 static __always_inline int on_sema_exit(struct pt_regs *ctx)
 {
     u64 goid = gm_goid(ctx->r14);
     struct gm_sema *w = sema_at.lookup(&goid);
     if (!w)
         return 0;
+    if (w->gen != gm_gen()) {
+        sema_at.delete(&goid);
+        return 0;
+    }
     u64 now = bpf_ktime_get_ns();
     u64 wait = now >= w->ts ? now - w->ts : 0;
     u64 addr = w->addr, stack = w->stack, kind = w->kind;

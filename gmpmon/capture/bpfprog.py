@@ -87,7 +87,9 @@ _ENTRY_PROBES: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
         False,
         "mutex",
     ),
-    ("gmpmon_sema_enter", ("runtime.semacquire1",), False, "waits"),
+    # Hot, though RET-probed: net/http makes hundreds of semaphore waits a second (fd locks,
+    # WaitGroups), which `sample` mode must not pay ~25 µs each for.
+    ("gmpmon_sema_enter", ("runtime.semacquire1",), True, "waits"),
 )
 
 
@@ -126,7 +128,7 @@ def plan_probes(info: BinaryInfo) -> ProbePlan:
         if fn == "gmpmon_sema_enter":
             plan.sema_ra_off = -int(getattr(ps, "entry_sp_delta", 0))
             for ret in ps.rets:
-                add(Site("gmpmon_sema_exit", ret, ps.symbol, False), feature)
+                add(Site("gmpmon_sema_exit", ret, ps.symbol, True), feature)
         if fn == "gmpmon_steal_try":
             got = list(ps.call_results.get("runtime.runqgrab", ()))
             if not got:
