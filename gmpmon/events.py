@@ -12,8 +12,8 @@ Every event is a 7-tuple ``(ts, kind, p, m, g, a0, a1)``:
 
 The BPF side emits exactly this layout (``probes/gmpmon.h``: ``struct gm_event``), packed
 little-endian as ``RECORD`` describes, so a ring-buffer span decodes in bulk with
-``struct.iter_unpack``. Plain tuples are the hot-path representation; :class:`Event` is a
-NamedTuple of the same shape for code that prefers names (``Event._make(t)``).
+``struct.iter_unpack``. Plain tuples (:data:`EventTuple`) are the only representation: the
+model's hot loop unpacks them directly.
 
 Kinds and their arguments
 =========================
@@ -83,7 +83,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
 
 NO_P = -1
 NO_M = 0
@@ -161,16 +160,6 @@ def lat_bucket_lo(i: int) -> int:
         return LAT_SUB  # indices 4..7 are never produced (ns 4..7 land in 8..11)
     hb, sub = divmod(i, LAT_SUB)
     return (1 << hb) + (sub << (hb - 2))
-
-
-class Event(NamedTuple):
-    ts: int
-    kind: int
-    p: int
-    m: int
-    g: int
-    a0: int
-    a1: int
 
 
 EventTuple = tuple[int, int, int, int, int, int, int]
