@@ -50,8 +50,8 @@ STW_END            The world restarts. a0 = stwReason index if known else 0,
 STEAL              P ``p`` (thief) tried to steal from P a0 (victim). a1 = goroutines taken
                    (0 = failed attempt). ``g`` = 0.
 MUTEX              G ``g`` waited for a contended lock: a0 = wait ns (slow-path entry to
-                   exit), a1 = stack id into ``Batch.stacks``. ``p`` = the lock address is not
-                   in the tuple; see MUTEX_ADDR.
+                   exit), a1 = stack id into ``Batch.stacks``. The lock's address and kind come
+                   in the MUTEX_ADDR just before it.
 MUTEX_ADDR         Emitted right before its MUTEX: a0 = lock address, a1 = wait kind
                    (:class:`LockKind`).
 P_IDLE             P ``p`` put on the idle list (``pidleput``); its M stops or keeps spinning
