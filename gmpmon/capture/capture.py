@@ -9,6 +9,7 @@ small reorder window and handed out as Batches through a queue.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import os
@@ -295,7 +296,7 @@ class Capture:
         if not pend:
             return
         pend.sort(key=_TS)
-        cut = len(pend) if watermark is None else _bisect_ts(pend, watermark)
+        cut = len(pend) if watermark is None else bisect.bisect_right(pend, watermark, key=_TS)
         if not cut:
             return
         out = pend[:cut]
@@ -354,14 +355,3 @@ def _exe_id(pid: int) -> tuple[int, int] | None:
 
 _TS = itemgetter(0)
 _KIND = itemgetter(1)
-
-
-def _bisect_ts(events: list[EventTuple], ts: int) -> int:
-    lo, hi = 0, len(events)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if events[mid][0] <= ts:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
