@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 from gmpmon.binary import BinaryInfo, load, load_pid, to_json
@@ -42,6 +43,32 @@ def resolve(target: str) -> BinaryInfo:
     return load(target)
 
 
+# The struct offsets the probes read, one line per tuple of (struct, ((label, key), ...)).
+OFFSET_LINES: tuple[tuple[tuple[str, tuple[tuple[str, str], ...]], ...], ...] = (
+    (
+        ("g", (("goid", "runtime.g.goid"), ("m", "runtime.g.m"),
+               ("status", "runtime.g.atomicstatus"), ("waitreason", "runtime.g.waitreason"))),
+        ("m", (("id", "runtime.m.id"), ("procid", "runtime.m.procid"),
+               ("curg", "runtime.m.curg"), ("p", "runtime.m.p"))),
+    ),
+    (
+        ("p", (("id", "runtime.p.id"), ("status", "runtime.p.status"),
+               ("runqhead", "runtime.p.runqhead"), ("runq", "runtime.p.runq"),
+               ("runnext", "runtime.p.runnext"))),
+        ("sched", (("runqsize", "runtime.schedt.runqsize"),)),
+    ),
+)
+
+
+def _offsets_line(
+    offsets: Mapping[str, int], groups: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+) -> str:
+    return "   ".join(
+        f"{struct}: " + " ".join(f"{label} {offsets.get(key, '?')}" for label, key in fields)
+        for struct, fields in groups
+    )
+
+
 def _yn(b: bool) -> str:
     return "yes" if b else "no"
 
@@ -58,39 +85,7 @@ def render(info: BinaryInfo) -> str:
         f"functions: {len(info.functab.names)}  wait reasons: {len(info.wait_reasons)}  "
         f"stw reasons: {len(info.stw_reasons)}  g states: {len(info.g_status)}"
     )
-    o = info.offsets
-    lines.append(
-        "g: goid {} m {} status {} waitreason {}   m: id {} procid {} curg {} p {}".format(
-            *(
-                o.get(k, "?")
-                for k in (
-                    "runtime.g.goid",
-                    "runtime.g.m",
-                    "runtime.g.atomicstatus",
-                    "runtime.g.waitreason",
-                    "runtime.m.id",
-                    "runtime.m.procid",
-                    "runtime.m.curg",
-                    "runtime.m.p",
-                )
-            )
-        )
-    )
-    lines.append(
-        "p: id {} status {} runqhead {} runq {} runnext {}   sched: runqsize {}".format(
-            *(
-                o.get(k, "?")
-                for k in (
-                    "runtime.p.id",
-                    "runtime.p.status",
-                    "runtime.p.runqhead",
-                    "runtime.p.runq",
-                    "runtime.p.runnext",
-                    "runtime.schedt.runqsize",
-                )
-            )
-        )
-    )
+    lines.extend(_offsets_line(info.offsets, groups) for groups in OFFSET_LINES)
     lines.append("")
     lines.append(f"{'probe role':<29} {'entry':<9} {'entry insn':<19} rets")
     for role, s in info.probe_sites.items():
