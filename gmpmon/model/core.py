@@ -258,7 +258,6 @@ class Model:
         self.events_lost = 0
         self.late_events = 0
         self.illegal = 0
-        self.p_idles = 0  # P_IDLE events applied (pidleput)
         self.unseen_wakes = 0  # WAITING -> RUNNING with no READY (netpoll, GC workers)
 
         self._procs: dict[int, _P] = {}
@@ -666,7 +665,6 @@ class Model:
         ts, _, p, _m, _g, _a0, _a1 = e
         if p < 0:
             return
-        self.p_idles += 1
         pp = self._proc(p, ts)
         state = pp.state
         if state == P_GCSTOP and self._stw_start >= 0:
