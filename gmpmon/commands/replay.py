@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from gmpmon.errors import UsageError
-from gmpmon.export.outfile import check_output_path, open_private
+from gmpmon.export.outfile import check_output_path
+
+if TYPE_CHECKING:
+    from gmpmon.model.snapshot import Snapshot
+    from gmpmon.record import Recording
 
 EPILOG = """\
 examples:
@@ -70,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if note:
         print(f"gmpmon: {note}", file=sys.stderr)
     if args.summary_json:
-        from gmpmon.report import summary
+        from gmpmon.export.json import JsonExporter
 
-        with open_private(args.summary_json) as f:
-            f.write((json.dumps(summary(snap), indent=2) + "\n").encode())
+        ex = JsonExporter(rec.header)
+        ex.add(snap)
+        ex.write(args.summary_json)
     if args.report or not args.summary_json:
         from gmpmon.report import text_report
 
@@ -81,13 +86,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(rec: Any, interval: float | None, out: Any) -> Any:
+def _replay(rec: Recording, interval: float | None, out: Callable[[str], object]) -> Snapshot:
     from gmpmon.model import Model
     from gmpmon.replay import replay_all
 
     if not interval:
         return replay_all(rec)
-    from gmpmon.events import Batch
     from gmpmon.report import interval_line
 
     model = Model(rec.header)
@@ -105,6 +109,5 @@ def _replay(rec: Any, interval: float | None, out: Any) -> Any:
             out(interval_line(snap, prev) + "\n")
             prev = snap
             next_at += step
-    model.feed(Batch())
     model.flush()
     return model.snapshot()
