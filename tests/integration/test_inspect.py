@@ -17,6 +17,7 @@ import pytest
 from gmpmon.binary import BinaryInfo, load_pid
 from gmpmon.errors import NotGoError, TargetError
 from tests import gotargets
+from tests.cli import inspect
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="reads /proc/PID/mem (needs root)")
 
@@ -49,16 +50,6 @@ def file_bytes(info: BinaryInfo, addr: int, n: int) -> bytes:
     from gmpmon.binary.elf import Elf
 
     return Elf(Path(info.path).read_bytes(), info.path).read_vaddr(addr, n)
-
-
-def inspect(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gmpmon", "inspect", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-    )
 
 
 @needs_root

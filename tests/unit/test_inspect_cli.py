@@ -7,7 +7,6 @@ import functools
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,19 +20,10 @@ from gmpmon.errors import (
     UnsupportedError,
 )
 from tests import gotargets
+from tests.cli import inspect
 
 REPO = Path(__file__).resolve().parents[2]
 CROSS_ROOT = REPO / "build" / "targets" / "cross"
-
-
-def inspect(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gmpmon", "inspect", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-    )
 
 
 def assert_one_line_error(r: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
