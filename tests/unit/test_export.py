@@ -116,6 +116,23 @@ def test_folded_frame_sanitising_keeps_lines_valid() -> None:
     assert LINE_RE.match(line) and line == "[unknown];_;a_b 7"
 
 
+def pprof(profile: Path, *flags: str) -> str:
+    """What `go tool pprof FLAGS PROFILE` prints."""
+    return subprocess.run(
+        [str(GO), "tool", "pprof", *flags, str(profile)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod"),
+        check=True,
+    ).stdout
+
+
+def pprof_rows(top: str) -> list[list[str]]:
+    """The function rows of `pprof -top` output, split into columns (name last)."""
+    return [ln.split() for ln in top.splitlines() if re.match(r"^\s*[0-9.]+\w*s?\s+[0-9.]+%", ln)]
+
+
 @pytest.mark.skipif(not GO.exists(), reason="go1.27.3 toolchain not installed")
 def test_pprof_opens_in_go_tool_pprof_with_the_contended_function_first(
     recording: Path, tmp_path: Path
@@ -124,28 +141,13 @@ def test_pprof_opens_in_go_tool_pprof_with_the_contended_function_first(
     assert gzip.decompress(data)  # a valid gzip stream
     out = tmp_path / "mutex.pb.gz"
     out.write_bytes(data)
-    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
-    top = subprocess.run(
-        [str(GO), "tool", "pprof", "-top", "-sample_index=delay", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=True,
-    ).stdout
-    rows = [ln.split() for ln in top.splitlines() if re.match(r"^\s*[0-9.]+\w*s?\s+[0-9.]+%", ln)]
+    top = pprof(out, "-top", "-sample_index=delay")
+    rows = pprof_rows(top)
     assert rows, top
     # lock frames trimmed: the function that waited longest is the first (flat) row
     assert rows[0][-1] == "main.(*Bank).Transfer", top  # 950us of 1050us
     assert "sync.(*Mutex).Lock" not in top
-    cum = subprocess.run(
-        [str(GO), "tool", "pprof", "-top", "-cum", "-sample_index=contentions", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=True,
-    ).stdout
+    cum = pprof(out, "-top", "-cum", "-sample_index=contentions")
     assert "main.(*Bank).Transfer" in cum and "Type: contentions" in cum
     names = [ln.split()[-1] for ln in cum.splitlines() if ln.strip().endswith(")") or "main." in ln]
     assert names.index("main.(*Bank).Transfer") < names.index("main.audit")
@@ -242,16 +244,8 @@ def test_pprof_of_a_real_recording_lists_the_contending_function_first(tmp_path:
     data = export(Path(__file__).resolve().parent.parent / "data" / "mutex.gmp", "pprof")
     out = tmp_path / "mutex.pb.gz"
     out.write_bytes(data)
-    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
-    top = subprocess.run(
-        [str(GO), "tool", "pprof", "-top", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=True,
-    ).stdout
-    rows = [ln.split() for ln in top.splitlines() if re.match(r"^\s*[0-9.]+\w*s?\s+[0-9.]+%", ln)]
+    top = pprof(out, "-top")
+    rows = pprof_rows(top)
     assert rows and rows[0][-1] == "main.contend", top  # mutex workload: contend() locks
 
 
