@@ -42,7 +42,6 @@ class PerfettoExporter(Exporter):
         self.origin = -1
         self.events: list[str] = []
         self.procs: set[int] = set()
-        self.parks = True
         self.stw: list[tuple[int, int]] = []
         self._stw_start = -1
         self._pid = int(header.pid)
@@ -78,7 +77,7 @@ class PerfettoExporter(Exporter):
                         ts, p, f"steal {a1} from P{a0}", "steal", {"victim": a0, "goroutines": a1}
                     )
                 )
-            elif kind == K_PARK and p >= 0 and self.parks:
+            elif kind == K_PARK and p >= 0:
                 reason = wr[a0] if 0 <= a0 < len(wr) and wr[a0] else f"waitreason({a0})"
                 self.procs.add(p)
                 out.append(
@@ -136,15 +135,8 @@ class PerfettoExporter(Exporter):
             )
         return meta
 
-    def _chunks(self) -> list[str]:
-        return [_HEAD, ",\n".join(self._meta() + self.events), _TAIL]
-
-    def document(self) -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads("".join(self._chunks()))
-        return doc
-
     def render(self) -> bytes:
-        return "".join(self._chunks()).encode()
+        return (_HEAD + ",\n".join(self._meta() + self.events) + _TAIL).encode()
 
     def write(self, path: str) -> None:
         items = self._meta() + self.events
