@@ -486,6 +486,28 @@ static __always_inline int on_stw_start(struct pt_regs *ctx)
     return 0;
 }
 
+/* The user stack of a lock/semaphore wait, as struct gm_lock/gm_sema keep it: (caller pc
+ * << 16) | stack id (0xffff: none). ra_off: where the direct caller's return address sits
+ * relative to RSP at the entry site (LOCK_RA_OFF, SEMA_RA_OFF). */
+static __always_inline u64 gm_wait_stack(struct pt_regs *ctx, u64 ra_off)
+{
+    int sid = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    u64 caller = rd64(ctx->sp + ra_off);
+    return (caller << 16) | (u64)(sid >= 0 ? (sid & 0xffff) : 0xffff);
+}
+
+/* The end of a lock/semaphore wait that began at ts (the entry already removed from its
+ * map): MUTEX_ADDR says which lock and its GM_LOCK_* kind, MUTEX how long and from where. */
+static __always_inline void gm_emit_wait(struct pt_regs *ctx, u64 goid, u64 now, u64 ts,
+                                         u64 addr, u64 stack, u64 kind)
+{
+    u64 wait = now >= ts ? now - ts : 0;
+    s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
+    u32 tid = gm_tid();
+    gm_emit(GM_MUTEX_ADDR, pid, tid, goid, addr, kind);
+    gm_emit(GM_MUTEX, pid, tid, goid, wait, stack);
+}
+
 /* sync.(*Mutex).lockSlow (1.19–1.23) / internal/sync.(*Mutex).lockSlow (1.24+), entry, on the
  * user g: RAX = the *sync.Mutex (sync.Mutex{mu isync.Mutex} puts mu at offset 0). Only
  * entered when the fast-path CAS failed: the lock is contended. The user stack is walked
@@ -495,12 +517,11 @@ static __always_inline int on_stw_start(struct pt_regs *ctx)
 static __always_inline int on_lock_enter(struct pt_regs *ctx)
 {
     u64 goid = gm_goid(ctx->r14);
-    int sid = stacks.get_stackid(ctx, BPF_F_USER_STACK);
-    u64 caller = rd64(ctx->sp + LOCK_RA_OFF);
+    u64 stack = gm_wait_stack(ctx, LOCK_RA_OFF);
     struct gm_lock l = {
         .ts = bpf_ktime_get_ns(),
         .addr = ctx->ax,
-        .stack = (caller << 16) | (u64)(sid >= 0 ? (sid & 0xffff) : 0xffff),
+        .stack = stack,
     };
     lock_at.update(&goid, &l);
     return 0;
@@ -515,13 +536,9 @@ static __always_inline int on_lock_exit(struct pt_regs *ctx)
     if (!l)
         return 0;
     u64 now = bpf_ktime_get_ns();
-    u64 wait = now >= l->ts ? now - l->ts : 0;
-    u64 addr = l->addr, stack = l->stack;
+    u64 ts = l->ts, addr = l->addr, stack = l->stack;
     lock_at.delete(&goid);
-    s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
-    u32 tid = gm_tid();
-    gm_emit(GM_MUTEX_ADDR, pid, tid, goid, addr, GM_LOCK_MUTEX);
-    gm_emit(GM_MUTEX, pid, tid, goid, wait, stack);
+    gm_emit_wait(ctx, goid, now, ts, addr, stack, GM_LOCK_MUTEX);
     return 0;
 }
 
@@ -546,12 +563,11 @@ static __always_inline int on_sema_enter(struct pt_regs *ctx)
     else if (reason == WR_RWMUTEX_W)
         kind = GM_LOCK_RWMUTEX_W;
 #endif
-    int sid = stacks.get_stackid(ctx, BPF_F_USER_STACK);
-    u64 caller = rd64(ctx->sp + SEMA_RA_OFF);
+    u64 stack = gm_wait_stack(ctx, SEMA_RA_OFF);
     struct gm_sema w = {
         .ts = bpf_ktime_get_ns(),
         .addr = ctx->ax,
-        .stack = (caller << 16) | (u64)(sid >= 0 ? (sid & 0xffff) : 0xffff),
+        .stack = stack,
         .kind = kind,
         .gen = gm_gen(),
     };
@@ -574,13 +590,9 @@ static __always_inline int on_sema_exit(struct pt_regs *ctx)
         return 0;
     }
     u64 now = bpf_ktime_get_ns();
-    u64 wait = now >= w->ts ? now - w->ts : 0;
-    u64 addr = w->addr, stack = w->stack, kind = w->kind;
+    u64 ts = w->ts, addr = w->addr, stack = w->stack, kind = w->kind;
     sema_at.delete(&goid);
-    s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
-    u32 tid = gm_tid();
-    gm_emit(GM_MUTEX_ADDR, pid, tid, goid, addr, kind);
-    gm_emit(GM_MUTEX, pid, tid, goid, wait, stack);
+    gm_emit_wait(ctx, goid, now, ts, addr, stack, kind);
     return 0;
 }
 
