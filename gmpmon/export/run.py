@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gmpmon.events import Batch, Header
+from gmpmon.events import Header
 from gmpmon.export.base import Exporter
 from gmpmon.model import Model
 from gmpmon.record import Recording
@@ -34,9 +34,5 @@ def make_exporter(
 def export_recording(rec: Recording, exporter: Exporter) -> Model:
     """Feed the recording through a model and the exporter; returns the model."""
     model = Model(rec.header, on_span=exporter.on_span if exporter.wants_spans else None)
-
-    def each(batch: Batch) -> None:
-        exporter.add_batch(batch)
-
-    exporter.add(replay_all(rec, model=model, on_batch=each))
+    exporter.add(replay_all(rec, model=model, on_batch=exporter.add_batch))
     return model
