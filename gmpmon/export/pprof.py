@@ -71,18 +71,15 @@ class _Strings:
 
 
 class PprofExporter(Exporter):
-    def __init__(self, header: Header, *, trim: bool = True) -> None:
+    def __init__(self, header: Header) -> None:
         super().__init__(header)
-        self.trim = trim
         self.stacks: list[tuple[tuple[str, ...], int, int]] = []
         self.duration_ns = 0
         self.time_ns = int(header.wall_start * 1e9)
 
     def add(self, snapshot: Snapshot) -> None:
         for ms in snapshot.mutex_stacks:
-            stack = ms.stack or ("[unknown]",)
-            if self.trim:
-                stack = trim_lock_frames(stack)
+            stack = trim_lock_frames(ms.stack or ("[unknown]",))
             self.stacks.append((stack, ms.count, ms.wait_ns))
         self.duration_ns = max(0, snapshot.now - snapshot.start)
 
