@@ -14,16 +14,18 @@ SCHEMA_VERSION = 1
 WIDTH = 80
 
 
-def _lat(ls: LatencyStats) -> dict[str, Any]:
-    return {
+def _lat(ls: LatencyStats, *, histogram: bool = True) -> dict[str, Any]:
+    d: dict[str, Any] = {
         "count": ls.count,
         "p50": ls.p50,
         "p90": ls.p90,
         "p99": ls.p99,
         "max": ls.max,
         "sum": ls.sum,
-        "histogram": [[lo, n] for lo, n in ls.histogram],
     }
+    if histogram:
+        d["histogram"] = [[lo, n] for lo, n in ls.histogram]
+    return d
 
 
 def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
@@ -53,7 +55,7 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
                 "executes": p.executes,
                 "steals_in": p.steals_in,
                 "steals_out": p.steals_out,
-                "sched_latency_ns": {k: v for k, v in _lat(p.latency).items() if k != "histogram"},
+                "sched_latency_ns": _lat(p.latency, histogram=False),
             }
             for p in snap.procs
         ],
@@ -71,8 +73,7 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
         },
         "sched_latency_ns": _lat(snap.sched_latency),
         "sched_latency_by_reason_ns": {
-            name: {k: v for k, v in _lat(ls).items() if k != "histogram"}
-            for name, ls in sorted(snap.latency_by_reason.items())
+            name: _lat(ls, histogram=False) for name, ls in sorted(snap.latency_by_reason.items())
         },
         "syscalls": {
             "count": snap.syscalls,
