@@ -102,7 +102,12 @@ class Elf:
         ) = hdr
         self.arch = MACHINES.get(self.machine, f"e_machine={self.machine}")
         self.segments = self._read_segments(phoff, phentsize, phnum)
-        self.sections = self._read_sections(shoff, shentsize, shnum, shstrndx)
+        # By name for lookups; by index for sh_link references (.symtab -> .strtab).
+        self._by_index = self._read_sections(shoff, shentsize, shnum, shstrndx)
+        self.sections: dict[str, Section] = {}
+        for sec in self._by_index:
+            if sec.name and sec.name not in self.sections:
+                self.sections[sec.name] = sec
 
     # -- raw access -------------------------------------------------------------------------
 
@@ -136,9 +141,9 @@ class Elf:
 
     def _read_sections(
         self, shoff: int, shentsize: int, shnum: int, shstrndx: int
-    ) -> dict[str, Section]:
+    ) -> tuple[Section, ...]:
         if shnum == 0 or shoff == 0:
-            return {}
+            return ()
         fmt = "<IIQQQQIIQQ" if self.is64 else "<IIIIIIIIII"
         if shentsize < struct.calcsize(fmt):
             raise BinaryFormatError(f"{self.path}: bad section header size {shentsize}")
@@ -150,13 +155,12 @@ class Elf:
         strtab = raw[shstrndx]
         str_off, str_size = strtab[4], strtab[5]
         names = self.bytes_at(str_off, str_size, "section name table")
-        out: dict[str, Section] = {}
+        out: list[Section] = []
         for r in raw:
             name_off, stype, flags, addr, off, size, link, _info, _align, entsize = r
             name = _cstring(names, name_off, self.path)
-            if name and name not in out:
-                out[name] = Section(name, stype, flags, addr, off, size, link, entsize)
-        return out
+            out.append(Section(name, stype, flags, addr, off, size, link, entsize))
+        return tuple(out)
 
     # -- sections ---------------------------------------------------------------------------
 
@@ -216,9 +220,9 @@ class Elf:
             return None
         if not 0 < s.link < 1 << 16:
             raise BinaryFormatError(f"{self.path}: .symtab has no string table")
-        strsec = self._section_by_index(s.link)
-        if strsec is None:
+        if s.link >= len(self._by_index):
             raise BinaryFormatError(f"{self.path}: .symtab string table index {s.link} is bad")
+        strsec = self._by_index[s.link]
         names = self.bytes_at(strsec.offset, strsec.size, ".strtab")
         data = self.bytes_at(s.offset, s.size - s.size % 24, ".symtab")
         out: list[Symbol] = []
@@ -227,24 +231,6 @@ class Elf:
             if stype in (STT_FUNC, STT_OBJECT) and name_off:
                 out.append(Symbol(_cstring(names, name_off, self.path), value, size, stype))
         return out
-
-    def _section_by_index(self, index: int) -> Section | None:
-        # Sections are kept by name; re-read the one header we need by index.
-        data = self.data
-        if self.is64:
-            shoff = struct.unpack_from("<Q", data, 0x28)[0]
-            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-        else:
-            return None
-        if not 0 <= index < shnum:
-            return None
-        r = self._unpack("<IIQQQQIIQQ", shoff + index * shentsize, "section header")
-        name_off, stype, flags, addr, off, size, link, _info, _align, entsize = r
-        strtab = self._unpack("<IIQQQQIIQQ", shoff + shstrndx * shentsize, "section header")
-        names = self.bytes_at(strtab[4], strtab[5], "section name table")
-        return Section(
-            _cstring(names, name_off, self.path), stype, flags, addr, off, size, link, entsize
-        )
 
 
 def _cstring(buf: bytes, off: int, path: str) -> str:
