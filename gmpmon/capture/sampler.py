@@ -74,6 +74,10 @@ class Sampler:
         v: int = _Q.unpack(self._read(addr, 8))[0]
         return v
 
+    def _u32(self, addr: int) -> int:
+        v: int = _I.unpack(self._read(addr, 4))[0]
+        return v
+
     def sample(self, out: list[EventTuple]) -> None:
         """Append one P_SAMPLE per P and one SCHED_SAMPLE. Raises OSError when the target
         is gone."""
@@ -97,11 +101,11 @@ class Sampler:
             mp = _Q.unpack_from(b, self.p_m)[0]
             tid = goid = gstatus = 0
             if mp:
-                tid = _Q.unpack(self._read(mp + self.m_procid, 8))[0] & 0xFFFFFFFF
+                tid = self._u64(mp + self.m_procid) & 0xFFFFFFFF
                 gp = self._u64(mp + self.m_curg)
                 if gp:
                     goid = self._u64(gp + self.g_goid)
-                    gstatus = _I.unpack(self._read(gp + self.g_status, 4))[0] & ~SCAN_BIT
+                    gstatus = self._u32(gp + self.g_status) & ~SCAN_BIT
             a0 = (status & 0xFF) | ((gstatus & 0xFF) << 8) | (runq << 16)
             out.append((now, Kind.P_SAMPLE, pid, tid, goid, a0, tick))
         s = self._read(self.sched, self.s_span)
