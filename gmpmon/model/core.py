@@ -211,6 +211,15 @@ Handler = Callable[[EventTuple], None]
 # (P id, start, end, PState value, goid) of every closed span, for exporters.
 SpanSink = Callable[[int, int, int, int, int], None]
 _PSTATES = tuple(PState)
+# Snapshot.sources: each aggregate and the COUNTER table that, once seen, supersedes events.
+_SOURCES = (
+    ("sched_latency", Counter.SCHED_LAT),
+    ("park_count", Counter.PARK_COUNT),
+    ("park_wait", Counter.PARK_WAIT_NS),
+    ("steal_attempts", Counter.STEAL_ATTEMPT),
+    ("steal_ok", Counter.STEAL_OK),
+    ("steal_goroutines", Counter.STEAL_GS),
+)
 _GSTATES = tuple(GState)
 
 
@@ -999,7 +1008,7 @@ class Model:
             for name, (c, w) in sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))
         )
 
-        matrix = {k: (v[0], v[1], v[2]) for k, v in sorted(steal.items())}
+        matrix = dict(sorted(steal.items()))
         steals = StealStats(
             attempts=sum(v[0] for v in matrix.values()),
             count=sum(v[1] for v in matrix.values()),
@@ -1042,14 +1051,7 @@ class Model:
             if t1 > t0:
                 rate = (n1 - n0) * 1e9 / (t1 - t0)
 
-        sources = {
-            "sched_latency": "counters" if lat_ctr else "events",
-            "park_count": "counters" if Counter.PARK_COUNT in seen else "events",
-            "park_wait": "counters" if Counter.PARK_WAIT_NS in seen else "events",
-            "steal_attempts": "counters" if Counter.STEAL_ATTEMPT in seen else "events",
-            "steal_ok": "counters" if Counter.STEAL_OK in seen else "events",
-            "steal_goroutines": "counters" if Counter.STEAL_GS in seen else "events",
-        }
+        sources = {name: "counters" if c in seen else "events" for name, c in _SOURCES}
         hdr = self.header
         return Snapshot(
             now=now,
