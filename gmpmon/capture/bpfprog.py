@@ -59,7 +59,6 @@ HANDLERS: tuple[str, ...] = (
     "sema_enter",
     "sema_exit",
 )
-PROBE_IDS = HANDLERS  # kept for readers of PROBE_HITS keys
 
 BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48
@@ -122,11 +121,11 @@ def plan_probes(info: BinaryInfo) -> ProbePlan:
             continue
         add(Site(fn, ps.entry_site, ps.symbol, hot), feature)
         if fn == "gmpmon_lock_enter":
-            plan.lock_ra_off = -int(getattr(ps, "entry_sp_delta", 0))
+            plan.lock_ra_off = -ps.entry_sp_delta
             for ret in ps.rets:
                 add(Site("gmpmon_lock_exit", ret, ps.symbol, False), feature)
         if fn == "gmpmon_sema_enter":
-            plan.sema_ra_off = -int(getattr(ps, "entry_sp_delta", 0))
+            plan.sema_ra_off = -ps.entry_sp_delta
             for ret in ps.rets:
                 add(Site("gmpmon_sema_exit", ret, ps.symbol, True), feature)
         if fn == "gmpmon_steal_try":
