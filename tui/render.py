@@ -9,6 +9,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
+from rich import box
+from rich.table import Table
 from rich.text import Text
 
 from gmpmon.model.snapshot import GState, LatencyStats, ProcView, PState, Snapshot, Span
@@ -88,6 +90,12 @@ def bar(value: float, full: float, width: int) -> str:
         eighths = 1  # a non-zero value never looks empty
     whole, part = divmod(eighths, 8)
     return ("█" * whole + (BAR_EIGHTHS[part] if part else "")).ljust(width)
+
+
+def panel_table(expand: bool = False) -> Table:
+    """The table look every view's panels share: a rule under a dim bold header, no frame."""
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
+                 header_style="bold dim", expand=expand)
 
 
 def uptime_ns(snapshot: Snapshot, capture_start_ns: int) -> int:

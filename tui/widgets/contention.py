@@ -3,7 +3,6 @@ then the other blocking waits (RWMutex, WaitGroup and other semaphores), each wi
 
 from __future__ import annotations
 
-from rich import box
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,16 +11,10 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from gmpmon.model.snapshot import Snapshot
-from gmpmon.tui.render import bar, fmt_count, fmt_ns, short_stack
+from gmpmon.tui.render import bar, fmt_count, fmt_ns, panel_table, short_stack
 
 TOP_STACKS = 30
 TOP_ADDRS = 8
-
-
-def _table(expand: bool = False) -> Table:
-    """The one look all three contention panels share."""
-    return Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), show_edge=False,
-                 header_style="bold dim", expand=expand)
 
 
 def stacks_table(snap: Snapshot, bar_width: int = 10) -> Table | Text:
@@ -29,7 +22,7 @@ def stacks_table(snap: Snapshot, bar_width: int = 10) -> Table | Text:
         return Text("no contended locks seen yet", style="dim")
     total = snap.mutex_wait_ns or sum(s.wait_ns for s in snap.mutex_stacks) or 1
     top = snap.mutex_stacks[0].wait_ns or 1
-    t = _table(expand=True)
+    t = panel_table(expand=True)
     t.add_column("wait", justify="right", no_wrap=True)
     t.add_column("%", justify="right", no_wrap=True)
     t.add_column("", no_wrap=True, width=bar_width)
@@ -47,7 +40,7 @@ def stacks_table(snap: Snapshot, bar_width: int = 10) -> Table | Text:
 def addr_table(snap: Snapshot) -> Table | Text:
     if not snap.mutex_by_addr:
         return Text("")
-    t = _table()
+    t = panel_table()
     t.add_column("lock address", no_wrap=True)
     t.add_column("count", justify="right")
     t.add_column("wait", justify="right")
@@ -69,7 +62,7 @@ def waits_table(snap: Snapshot, bar_width: int = 10) -> Table | Text:
     if not snap.wait_stacks:
         return Text("")
     top = snap.wait_stacks[0].wait_ns or 1
-    t = _table(expand=True)
+    t = panel_table(expand=True)
     t.add_column("kind", no_wrap=True)
     t.add_column("wait", justify="right", no_wrap=True)
     t.add_column("", no_wrap=True, width=bar_width)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -14,15 +13,21 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from gmpmon.model.snapshot import Snapshot
-from gmpmon.tui.render import NS_PER_S, fmt_count, fmt_ns, latency_line, latency_spark
+from gmpmon.tui.render import (
+    NS_PER_S,
+    fmt_count,
+    fmt_ns,
+    latency_line,
+    latency_spark,
+    panel_table,
+)
 
 MATRIX_MAX_PS = 12  # above this the matrix is too wide for 80 columns: list the top pairs
 TOP_PAIRS = 10
 
 
 def _table(*columns: str) -> Table:
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), expand=False,
-              show_edge=False, header_style="bold dim")
+    t = panel_table()
     for i, c in enumerate(columns):
         t.add_column(c, justify="left" if i == 0 else "right", no_wrap=True)
     return t
