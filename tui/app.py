@@ -178,16 +178,15 @@ class GmpmonApp(App[None]):
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         self.query_one(StatusHeader).snapshot = snap
-        view = self._active_view()
-        if view is not None and snap is not None:
-            view.snapshot = snap
+        if snap is not None:
+            self._active_view().snapshot = snap
 
     def watch_paused(self, paused: bool) -> None:
         self.query_one(StatusHeader).paused = paused
         if self.seek is not None and self.seek.paused() != paused:
             self.seek.set_paused(paused)
 
-    def _active_view(self) -> ProcsView | SchedView | ContentionView | GoroutinesView | None:
+    def _active_view(self) -> ProcsView | SchedView | ContentionView | GoroutinesView:
         active = self.query_one(TabbedContent).active or "procs"
         view = self.query_one(f"#{active}-view")
         assert isinstance(view, ProcsView | SchedView | ContentionView | GoroutinesView)
@@ -198,7 +197,7 @@ class GmpmonApp(App[None]):
             # The table takes the focus so that its keys (s, arrows, page up/down) work at once.
             self.query_one("#g-table").focus()
         view = self._active_view()
-        if view is not None and self.snapshot is not None and view.snapshot is not self.snapshot:
+        if self.snapshot is not None and view.snapshot is not self.snapshot:
             view.snapshot = self.snapshot
 
     # -- actions ------------------------------------------------------------------------
