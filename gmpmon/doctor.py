@@ -285,13 +285,12 @@ def check_compile() -> Check:
     if "not importable" in failure:
         return _fail(name, failure, "apt-get install python3-bpfcc")
     if not os.path.isdir(os.path.join(hdr, "include")):
-        where = "$BCC_KERNEL_SOURCE" if origin == "BCC_KERNEL_SOURCE" else "no kernel headers"
-        fix = (
-            "unset BCC_KERNEL_SOURCE or point it at a kernel header tree; "
-            if origin != ("default")
-            else ""
-        )
-        return _fail(name, f"{where}: {hdr} has no include/ ({failure})", fix + HEADERS_FIX)
+        if origin == "BCC_KERNEL_SOURCE":
+            where = "$BCC_KERNEL_SOURCE"
+            fix = "unset BCC_KERNEL_SOURCE or point it at a kernel header tree; " + HEADERS_FIX
+        else:
+            where, fix = "no kernel headers", HEADERS_FIX
+        return _fail(name, f"{where}: {hdr} has no include/ ({failure})", fix)
     return _fail(name, f"with headers {hdr}: {failure}", HEADERS_FIX)
 
 
