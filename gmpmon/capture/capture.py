@@ -229,14 +229,7 @@ class Capture:
     def _alive(self) -> bool:
         """Still the process we attached to. An exec'd target counts as gone: the probes
         sit in the old binary's inode and the sampler's offsets describe the old image."""
-        try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            self.exit_reason = self.exit_reason or "exited"
-            return False
-        # A zombie has exited: its memory is gone.
-        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X"):
+        if not running(self.pid):
             self.exit_reason = self.exit_reason or "exited"
             return False
         if self._exe_id is not None and _exe_id(self.pid) not in (self._exe_id, None):
@@ -343,6 +336,17 @@ class Capture:
         if not frames:
             frames = ["[Missed User Stack]"]
         return tuple(reversed(frames))
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited: a zombie's memory is already gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat.rfind(b")") + 2  # after "pid (comm) "; comm may hold ')'
+    return stat[state : state + 1] not in (b"Z", b"X")
 
 
 def _exe_id(pid: int) -> tuple[int, int] | None:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from gmpmon.capture.capture import MODES
+from gmpmon.capture.capture import MODES, running
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
 from gmpmon.export.outfile import check_output_path, open_private
 from gmpmon.model.snapshot import Snapshot
@@ -204,15 +204,6 @@ def write_folded(snap: Snapshot, path: str) -> None:
     folded.write_snapshot(snap, path)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
-
-
 @contextmanager
 def target_may_vanish(pid: int) -> Iterator[None]:
     """The target can exit at any moment while gmpmon reads its binary and attaches; then
@@ -223,7 +214,7 @@ def target_may_vanish(pid: int) -> Iterator[None]:
     except TargetError:
         raise
     except (GmpmonError, OSError) as e:
-        if not _alive(pid):
+        if not running(pid):
             raise TargetError(f"process {pid} exited while gmpmon was attaching") from e
         if isinstance(e, OSError):
             raise CaptureError(f"cannot attach to process {pid}: {e}") from e
