@@ -96,7 +96,6 @@ LEGAL_P_IDLE_FROM = frozenset({P_UNKNOWN, P_SEARCHING, P_IDLE, P_SYSCALL, P_GCST
 # The runtime's _P* constants without the prefix (BinaryInfo.p_status, Header.p_status).
 # Recordings made before this spelling carry "_Pidle"...: the decoder strips the prefix.
 P_SAMPLE_STATUS_NAMES = ("idle", "running", "syscall", "gcstop", "dead")
-G_STATUS_RUNNING = 2
 G_STATUS_SYSCALL = 3
 
 _TS = itemgetter(0)
@@ -107,13 +106,8 @@ def _lock_kind_name(kind: int) -> str:
     return LOCK_KIND_NAMES.get(kind, f"lockkind({kind})")
 
 MAX_PROCS = 1 << 14  # P ids at or above this are treated as corrupt input
-K_EXECUTE, K_PARK, K_READY, K_GO_CREATE, K_GO_EXIT = (
-    int(Kind.EXECUTE),
-    int(Kind.PARK),
-    int(Kind.READY),
-    int(Kind.GO_CREATE),
-    int(Kind.GO_EXIT),
-)
+# Kinds whose handlers check LEGAL_G through _g_to (EXECUTE, PARK and READY inline it).
+K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
 K_SYSCALL_ENTER, K_SYSCALL_EXIT, K_PREEMPTED = (
     int(Kind.SYSCALL_ENTER),
     int(Kind.SYSCALL_EXIT),
