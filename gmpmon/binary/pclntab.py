@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from gmpmon.binary.elf import Elf
+from gmpmon.binary.elf import ET_DYN, Elf
 from gmpmon.errors import BinaryFormatError, UnsupportedError
 
 MAGIC_118 = 0xFFFFFFF0  # Go 1.18-1.19
@@ -38,7 +38,7 @@ def text_start_from_moduledata(elf: Elf, pcln_addr: int) -> int | None:
             if pos % 8 == 0:
                 candidates.append(sec.addr + pos)
             pos = data.find(needle, pos + 1)
-        if not candidates and elf.etype == 3:  # PIE: the pointer is a load-time relocation
+        if not candidates and elf.etype == ET_DYN:  # PIE: the pointer is a load-time relocation
             candidates = sorted(
                 a
                 for a, v in elf.relative_relocs().items()
