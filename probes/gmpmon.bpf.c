@@ -329,17 +329,24 @@ static __always_inline int on_goexit(struct pt_regs *ctx)
     return 0;
 }
 
-/* runtime.entersyscall(), nosplit, on the user g (R14). m.p is still set at entry (<=1.25
- * reentersyscall clears it; 1.26+ keeps it attached). */
-static __always_inline int on_sysenter(struct pt_regs *ctx)
+/* A syscall entry on the user g (R14): the G is remembered in sys_g under its P, for
+ * on_handoffp when the P is taken from it. a0 = 1 when the syscall is known to block. */
+static __always_inline int gm_syscall_enter(struct pt_regs *ctx, u64 blocking)
 {
     u64 goid = gm_goid(ctx->r14);
     s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
     u64 *slot = sys_g.lookup(&pid);  /* NULL for NO_P or an id beyond the array */
     if (slot)
         *slot = goid;
-    gm_emit(GM_SYSCALL_ENTER, pid, gm_tid(), goid, 0, 0);
+    gm_emit(GM_SYSCALL_ENTER, pid, gm_tid(), goid, blocking, 0);
     return 0;
+}
+
+/* runtime.entersyscall(), nosplit, on the user g (R14). m.p is still set at entry (<=1.25
+ * reentersyscall clears it; 1.26+ keeps it attached). */
+static __always_inline int on_sysenter(struct pt_regs *ctx)
+{
+    return gm_syscall_enter(ctx, 0);
 }
 
 /* runtime.exitsyscall(), nosplit, on the user g (R14). m.p: the P still held (1.26+ keeps
@@ -424,13 +431,7 @@ static __always_inline int on_handoffp(struct pt_regs *ctx)
  * at once. */
 static __always_inline int on_sysenterblk(struct pt_regs *ctx)
 {
-    u64 goid = gm_goid(ctx->r14);
-    s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
-    u64 *slot = sys_g.lookup(&pid);
-    if (slot)
-        *slot = goid;
-    gm_emit(GM_SYSCALL_ENTER, pid, gm_tid(), goid, 1, 0);
-    return 0;
+    return gm_syscall_enter(ctx, 1);
 }
 
 /* runtime.preemptone(pp *p) bool, from sysmon's retake or the GC: RAX=P whose m.curg is asked
