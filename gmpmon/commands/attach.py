@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -17,7 +16,7 @@ from typing import Any
 
 from gmpmon.capture.capture import MODES, running
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
-from gmpmon.export.outfile import check_output_path, open_private
+from gmpmon.export.outfile import check_output_path
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.session import LiveSession
 
@@ -183,13 +182,15 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: threading.Eve
 def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
     """Final summary on stdout, and every requested file, complete."""
     from gmpmon import report
+    from gmpmon.export.run import make_exporter
 
     snap = session.latest()
     if snap is None or not session.claim_outputs():
         return
     if args.summary_json:
-        with open_private(args.summary_json) as f:
-            f.write((json.dumps(report.summary(snap), indent=2) + "\n").encode())
+        summary = make_exporter("json", session.header)
+        summary.add(snap)
+        summary.write(args.summary_json)
     if args.folded:
         write_folded(snap, args.folded)
     if args.no_tui or not sys.stdout.isatty():
