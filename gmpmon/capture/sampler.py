@@ -17,13 +17,13 @@ import struct
 import time
 
 from gmpmon.binary.info import BinaryInfo
+from gmpmon.binary.table import GSCAN
 from gmpmon.events import EventTuple, Kind
 
 _Q = struct.Struct("<Q")
 _I = struct.Struct("<I")
 _i = struct.Struct("<i")
 MAX_PROCS = 1024
-SCAN_BIT = 0x1000
 
 
 class Sampler:
@@ -105,7 +105,7 @@ class Sampler:
                 gp = self._u64(mp + self.m_curg)
                 if gp:
                     goid = self._u64(gp + self.g_goid)
-                    gstatus = self._u32(gp + self.g_status) & ~SCAN_BIT
+                    gstatus = self._u32(gp + self.g_status) & ~GSCAN
             a0 = (status & 0xFF) | ((gstatus & 0xFF) << 8) | (runq << 16)
             out.append((now, Kind.P_SAMPLE, pid, tid, goid, a0, tick))
         s = self._read(self.sched, self.s_span)
