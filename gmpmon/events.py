@@ -94,6 +94,25 @@ RECORD = struct.Struct("<QIiIIQQQ")
 RECORD_SIZE = RECORD.size
 
 
+# Event-kind number ranges (reserved so that parallel work never collides; a kind's number is
+# part of the recording format and of probes/gmpmon.h, never reuse or renumber one):
+#   1-31   probe (timeline) events, emitted by the BPF handlers of the probe table
+#   32-39  memory samples, in-kernel counters and stream markers (P_SAMPLE .. WINDOW)
+#   40-59  runtime counters (runtime/metrics-like) and the goroutine census
+#   60-79  perf-event samples and kernel tracepoints
+#   80-89  budget / cost controller / triggers
+#   90-99  trust and anything else
+# tests/unit/test_events.py checks that every kind is unique and inside a range.
+KIND_RANGES: dict[str, range] = {
+    "probe": range(1, 32),
+    "memory": range(32, 40),
+    "runtime": range(40, 60),
+    "kernel": range(60, 80),
+    "budget": range(80, 90),
+    "other": range(90, 100),
+}
+
+
 class Kind(IntEnum):
     EXECUTE = 1
     SCHED = 2
@@ -117,6 +136,17 @@ class Kind(IntEnum):
     COUNTER = 34
     LOST = 35
     WINDOW = 36
+
+
+# Counter table id ranges (same rule as KIND_RANGES: never reuse or renumber):
+#   1-9    the scheduler tables below (1-7 taken)
+#   10-19  kernel sources (perf events, tracepoints)
+#   20-29  anything else
+COUNTER_RANGES: dict[str, range] = {
+    "sched": range(1, 10),
+    "kernel": range(10, 20),
+    "other": range(20, 30),
+}
 
 
 class Counter(IntEnum):

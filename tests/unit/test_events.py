@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -35,3 +36,15 @@ def test_bucket_bounds_are_monotonic_and_within_25_percent() -> None:
     assert los == sorted(los)
     for i in range(8, LAT_BUCKETS - 1):
         assert (los[i + 1] - los[i]) <= los[i] // 4 + 1
+
+
+def test_every_kind_and_counter_is_unique_and_inside_its_reserved_range() -> None:
+    from gmpmon.events import COUNTER_RANGES, KIND_RANGES, Counter, Kind
+
+    for enum, ranges in ((Kind, KIND_RANGES), (Counter, COUNTER_RANGES)):
+        # an IntEnum silently makes a second name with a taken value an alias: catch it
+        assert len(enum.__members__) == len(list(enum)), f"{enum.__name__} has a duplicate value"
+        spans = sorted(ranges.values(), key=lambda r: r.start)
+        assert all(a.stop <= b.start for a, b in itertools.pairwise(spans)), "ranges overlap"
+        for member in enum:
+            assert any(member.value in r for r in spans), f"{member!r} is outside every range"
