@@ -25,9 +25,9 @@ SNAPSHOT_EVERY_S = 0.25
 
 
 def read_gomaxprocs(info: BinaryInfo, pid: int) -> int:
-    """runtime.gomaxprocs from the target's memory; without .symtab, what Go would pick
+    """runtime.gomaxprocs from the target's memory; when it was not found, what Go would pick
     (GOMAXPROCS from the environment, else the CPUs the process may run on)."""
-    addr = info.symbols.get("runtime.gomaxprocs")
+    addr = info.globals.get("runtime.gomaxprocs")
     if addr is not None:
         try:
             fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)

@@ -57,6 +57,10 @@ def to_json(info: BinaryInfo) -> dict[str, Any]:
         "symbols": {k: _hex(v) for k, v in sorted(info.symbols.items())},
         "symbol_sizes": dict(sorted(info.symbol_sizes.items())),
         "offsets": dict(sorted(info.offsets.items())),
+        "globals": {
+            g: {"addr": _hex(a), "size": info.global_sizes.get(g, 0), "how": info.global_how[g]}
+            for g, a in info.globals.items()
+        },
         "wait_reasons": list(info.wait_reasons),
         "stw_reasons": list(info.stw_reasons),
         "g_status": list(info.g_status),

@@ -90,3 +90,9 @@ class BinaryInfo:
     functab: FuncTab
     load_bias: int = 0  # runtime - link address; set when resolved from a live pid (PIE)
     pid: int | None = None
+    # The runtime's global variables (gmpmon.binary.globals.GLOBAL_NAMES) that were found:
+    # link-time address (add load_bias), and how ("symtab", "disasm runtime.procresize+0x1a3").
+    # Present is not proven: validate_layout() checks them against the live process.
+    globals: dict[str, int] = field(default_factory=dict)
+    global_how: dict[str, str] = field(default_factory=dict)
+    global_sizes: dict[str, int] = field(default_factory=dict)

@@ -10,6 +10,7 @@ from pathlib import Path
 from gmpmon.binary import dwarf, pclntab, probes, table
 from gmpmon.binary.buildinfo import go_minor, read_buildinfo_version
 from gmpmon.binary.elf import ET_DYN, ET_EXEC, STT_FUNC, Elf
+from gmpmon.binary.globals import GLOBAL_NAMES, find_globals
 from gmpmon.binary.info import BinaryInfo, FuncTab, ProbeSite
 from gmpmon.errors import (
     BinaryFormatError,
@@ -25,24 +26,10 @@ MIN_MINOR = 19
 # go1.20 had no toolchain to verify against (go-runtime.md): refused rather than guessed.
 UNVERIFIED_MINORS = frozenset({20})
 
-GLOBALS: tuple[str, ...] = (
-    "runtime.allp",
-    "runtime.sched",
-    "runtime.gomaxprocs",
-    "runtime.allm",
-    "runtime.allgs",
-    "runtime.buildVersion",
-    "runtime.waitReasonStrings",
-    "runtime.stwReasonStrings",
-    "runtime.gStatusStrings",
-)
-SAMPLE_GLOBALS: tuple[str, ...] = (
-    "runtime.allp",
-    "runtime.sched",
-    "runtime.gomaxprocs",
-    "runtime.allm",
-    "runtime.waitReasonStrings",
-)
+# Kept as a name for callers; the list lives in gmpmon.binary.globals.
+GLOBALS: tuple[str, ...] = GLOBAL_NAMES
+# What the memory sampler (gmpmon/capture/sampler.py) cannot do without.
+SAMPLE_GLOBALS: tuple[str, ...] = ("runtime.allp", "runtime.sched")
 MAX_STRINGS = 512
 
 
@@ -202,17 +189,19 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
             "no jcc after runqsteal's call to runqgrab: the number stolen needs runqgrab's RETs"
         )
 
-    for g in GLOBALS:
-        if g in funcs.globals:
-            symbols[g], sizes[g] = funcs.globals[g]
-    absent = [g for g in SAMPLE_GLOBALS if g not in funcs.globals]
+    found = find_globals(funcs.globals)
+    for g, f in found.items():
+        if f.how == "symtab":
+            symbols[g], sizes[g] = f.addr, f.size
+    absent = [g for g in SAMPLE_GLOBALS if g not in found]
     if absent:
         missing["sample"] = (
-            f"no {', '.join(absent)} (symbol table stripped): sampling "
-            "runtime state from memory is disabled"
+            f"{', '.join(absent)} not found"
+            + (" (no symbol table)" if not funcs.from_symtab else "")
+            + ": sampling runtime state from memory is disabled"
         )
-    if "runtime.sched" not in funcs.globals:
-        missing["global_runq"] = "no runtime.sched symbol: the global run queue length is unknown"
+    if "runtime.sched" not in found:
+        missing["global_runq"] = "runtime.sched not found: the global run queue length is unknown"
 
     tab = table.table_for(minor)
     offsets = dwarf.read_offsets(data, path)
@@ -228,9 +217,9 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
     offsets_source = "dwarf" if has_dwarf else "table"
 
     def strings(sym: str, key: str) -> tuple[str, ...]:
-        if sym in funcs.globals:
-            addr, size = funcs.globals[sym]
-            return _read_go_strings(elf, addr, size, sym)
+        f = found.get(sym)
+        if f is not None and f.size:
+            return _read_go_strings(elf, f.addr, f.size, sym)
         return tuple(tab.get(key, ())) if tab else ()
 
     wait_reasons = strings("runtime.waitReasonStrings", "wait_reasons")
@@ -266,6 +255,9 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
         probe_sites=sites,
         missing_optional=missing,
         functab=funcs.functab,
+        globals={g: f.addr for g, f in found.items()},
+        global_how={g: f.how for g, f in found.items()},
+        global_sizes={g: f.size for g, f in found.items()},
     )
 
 

@@ -218,7 +218,7 @@ def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[s
 
 def runqsize_link_addr(info: BinaryInfo) -> int:
     """Link-time address of the global runq length (sched.runqsize / sched.runq.size)."""
-    sched = info.symbols.get("runtime.sched")
+    sched = info.globals.get("runtime.sched")
     runqsize = info.offsets.get("runtime.schedt.runqsize")
     return sched + runqsize if sched and runqsize is not None else 0
 

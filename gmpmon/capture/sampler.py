@@ -32,10 +32,10 @@ class Sampler:
     def __init__(self, info: BinaryInfo, pid: int) -> None:
         self.pid = pid
         bias = info.load_bias
-        allp = info.symbols.get("runtime.allp")
-        sched = info.symbols.get("runtime.sched")
+        allp = info.globals.get("runtime.allp")
+        sched = info.globals.get("runtime.sched")
         if allp is None or sched is None:
-            raise ValueError("no runtime.allp/runtime.sched symbol (stripped binary)")
+            raise ValueError("runtime.allp/runtime.sched not found in the binary")
         self.allp = allp + bias
         self.sched = sched + bias
         o = info.offsets

@@ -69,6 +69,18 @@ def _offsets_line(
     )
 
 
+def _globals_lines(info: BinaryInfo) -> list[str]:
+    from gmpmon.binary.globals import GLOBAL_NAMES
+
+    out = [f"{'global':<27} {'address':<10} found by"]
+    for g in GLOBAL_NAMES:
+        if g in info.globals:
+            out.append(f"{g:<27} {info.globals[g]:<#10x} {info.global_how[g]}")
+        else:
+            out.append(f"{g:<27} {'-':<10} not found")
+    return out
+
+
 def _yn(b: bool) -> str:
     return "yes" if b else "no"
 
@@ -86,6 +98,8 @@ def render(info: BinaryInfo) -> str:
         f"stw reasons: {len(info.stw_reasons)}  g states: {len(info.g_status)}"
     )
     lines.extend(_offsets_line(info.offsets, groups) for groups in OFFSET_LINES)
+    lines.append("")
+    lines.extend(_globals_lines(info))
     lines.append("")
     lines.append(f"{'probe role':<29} {'entry':<9} {'entry insn':<19} rets")
     for role, s in info.probe_sites.items():
