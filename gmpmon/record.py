@@ -251,8 +251,8 @@ class RecordingWriter:
         body = END_FRAME.pack(END_TAG, self.batches, 0)[:-4]
         with contextlib.suppress(OSError):
             self._write(body + struct.pack("<I", zlib.crc32(body[2:])))
-        self._f.close()
-        self._f = None
+        f, self._f = self._f, None
+        f.close()
 
     def __enter__(self) -> RecordingWriter:
         return self

@@ -152,9 +152,15 @@ class LiveSession:
         self.capture.stop()
         if self._thread is not None:
             self._thread.join()
-        self.model.flush()
-        self._latest = self.model.snapshot()
-        self.stop_recording()
+        try:
+            self.model.flush()
+            self._latest = self.model.snapshot()
+        except Exception as e:  # keep the last good snapshot; the exit says what failed
+            self.error = self.error or e
+        try:
+            self.stop_recording()
+        except OSError as e:
+            self.error = self.error or e
 
     @property
     def target_exited(self) -> bool:
@@ -200,6 +206,7 @@ class LiveSession:
                     next_snap = now + SNAPSHOT_EVERY_S
         except BaseException as e:
             self.error = e
+            self.capture.request_stop()  # the run ends now: detach, outputs, non-zero exit
             # Keep draining so the capture thread can always finish.
             with contextlib.suppress(Exception):
                 while self.capture.get_batch(timeout=1.0) is not None:

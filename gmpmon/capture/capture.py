@@ -147,6 +147,10 @@ class Capture:
             self._thread = None
         self.close()
 
+    def request_stop(self) -> None:
+        """End the batch stream soon (from any thread; ``stop()`` also waits for it)."""
+        self._stop.set()
+
     def close(self) -> None:
         if self.prog is not None:
             self.prog.detach("hot")

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
 from gmpmon.capture.capture import MODES, running
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
@@ -100,12 +100,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             watch(session, args, stop)
         finally:
+            if stop.why:
+                say(f"gmpmon: {stop.why}; detaching and writing what was captured")
             session.close()
     finish_outputs(session, args)
-    return 0
+    return thread_failure(session)
 
 
-def watch(session: LiveSession, args: argparse.Namespace, stop: threading.Event) -> None:
+def watch(session: LiveSession, args: argparse.Namespace, stop: StopEvent) -> None:
     """Show the session until --duration, a signal, or the target's exit."""
     if not args.no_tui and sys.stdout.isatty():
         try:
@@ -121,7 +123,7 @@ def watch(session: LiveSession, args: argparse.Namespace, stop: threading.Event)
 def tui(
     session: LiveSession,
     args: argparse.Namespace,
-    stop: threading.Event,
+    stop: StopEvent,
     make_app: Callable[..., Any],
 ) -> None:
     """The TUI until the user quits it, or --duration / SIGTERM end it from outside."""
@@ -132,6 +134,10 @@ def tui(
     def watchdog() -> None:
         while not done.is_set():
             if stop.wait(0.2) or (deadline is not None and time.monotonic() >= deadline):
+                with contextlib.suppress(Exception):
+                    app.call_from_thread(app.exit)
+                return
+            if session.error is not None and session.finished.is_set():
                 with contextlib.suppress(Exception):
                     app.call_from_thread(app.exit)
                 return
@@ -146,7 +152,7 @@ def tui(
         done.set()
 
 
-def headless(session: LiveSession, args: argparse.Namespace, stop: threading.Event) -> None:
+def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) -> None:
     from gmpmon.report import interval_line
 
     h = session.header
@@ -170,33 +176,58 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: threading.Eve
         stop.wait(max(0.0, min(wake - now, 0.1)))
         if time.monotonic() >= next_line:
             snap = session.latest()
-            if snap is not None:
-                print(interval_line(snap, prev), flush=True)
+            if snap is not None and not say(interval_line(snap, prev), sys.stdout):
+                stop.end("stdout closed")
                 prev = snap
             next_line += args.interval
     if session.target_exited:
         why = session.capture.exit_reason or "exited"
-        print(f"gmpmon: target {h.pid} {why}; writing what was captured", file=sys.stderr)
+        say(f"gmpmon: target {h.pid} {why}; writing what was captured")
 
 
 def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
-    """Final summary on stdout, and every requested file, complete."""
+    """Every requested file, complete, then the final summary on stdout (which may be a
+    closed terminal by now)."""
     from gmpmon import report
     from gmpmon.export.run import make_exporter
 
     snap = session.latest()
-    if snap is None or not session.claim_outputs():
-        return
-    if args.summary_json:
-        summary = make_exporter("json", session.header)
-        summary.add(snap)
-        summary.write(args.summary_json)
-    if args.folded:
-        write_folded(snap, args.folded)
-    if args.no_tui or not sys.stdout.isatty():
-        print(report.text_report(snap), flush=True)
-    if session.error is not None:
-        print(f"gmpmon: model error: {session.error}", file=sys.stderr)
+    if snap is not None and session.claim_outputs():
+        if args.summary_json:
+            summary = make_exporter("json", session.header)
+            summary.add(snap)
+            summary.write(args.summary_json)
+        if args.folded:
+            write_folded(snap, args.folded)
+        if args.no_tui or not sys.stdout.isatty():
+            say(report.text_report(snap), sys.stdout)
+
+
+def thread_failure(session: LiveSession) -> int:
+    """The exit code: 0, or, after one line saying what, that of a failure in the capture
+    or model thread (which ended the run early: see LiveSession._run)."""
+    e = session.error
+    if e is None:
+        return 0
+    msg = e.one_line() if isinstance(e, GmpmonError) else f"{type(e).__name__}: {e}"
+    say(f"gmpmon: stopped: {msg}; probes detached, outputs written")
+    return e.exit_code if isinstance(e, GmpmonError) else CaptureError.exit_code
+
+
+def say(text: str, stream: TextIO | None = None) -> bool:
+    """Print one line; False if the stream is gone (a closed terminal gives EIO, a closed
+    pipe EPIPE). A dead stdout is pointed at /dev/null, so that the interpreter's last flush
+    cannot fail either."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        print(text, file=stream, flush=True)
+        return True
+    except OSError:
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+        return False
 
 
 def write_folded(snap: Snapshot, path: str) -> None:
@@ -222,15 +253,32 @@ def target_may_vanish(pid: int) -> Iterator[None]:
         raise
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class StopEvent(threading.Event):
+    """Set to end the run; ``why`` says what ended it ("SIGHUP", "stdout closed")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.why = ""
+
+    def end(self, why: str) -> None:
+        self.why = self.why or why
+        self.set()
+
+
 @contextmanager
-def stop_signals() -> Iterator[threading.Event]:
-    """SIGINT and SIGTERM set an Event instead of raising in the middle of a detach."""
-    stop = threading.Event()
+def stop_signals() -> Iterator[StopEvent]:
+    """SIGINT, SIGTERM, SIGHUP (a closed terminal, a dropped SSH session) and SIGQUIT set an
+    Event instead of killing gmpmon or raising in the middle of a detach."""
+    stop = StopEvent()
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        stop.why = signal.Signals(signum).name
         stop.set()
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield stop
     finally:

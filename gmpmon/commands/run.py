@@ -17,10 +17,13 @@ import threading
 from typing import Any
 
 from gmpmon.commands.attach import (
+    StopEvent,
     add_capture_options,
     check_capture_args,
     finish_outputs,
+    say,
     stop_signals,
+    thread_failure,
     watch,
 )
 from gmpmon.errors import TargetError, UsageError
@@ -124,35 +127,38 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 session.close()
         finish_outputs(session, args)
+        failed = thread_failure(session)
     finally:
         if not released:
             os.close(go_fd)  # the child reads EOF and exits 127
         os.close(exec_fd)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
-    return 128 - code if code < 0 else code
+    return failed or (128 - code if code < 0 else code)
 
 
 class _Forwarder(threading.Thread):
     """The first SIGINT/SIGTERM goes to the program (gmpmon keeps tracing until it exits);
     a second one stops tracing at once."""
 
-    def __init__(self, pid: int, stop: threading.Event) -> None:
+    def __init__(self, pid: int, stop: StopEvent) -> None:
         super().__init__(name="gmpmon-signals", daemon=True)
         self.pid = pid
         self.stop = stop
-        self.second = threading.Event()
+        self.second = StopEvent()
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
             if self.stop.wait(0.1):
                 self.stop.clear()
+                say(f"gmpmon: {self.stop.why or 'stop'}: sent SIGTERM to {self.pid}; tracing "
+                    "until it exits (again to stop at once)")
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signal.SIGTERM)
                 while not self.done.is_set():
                     if self.stop.wait(0.1):
-                        self.second.set()
+                        self.second.end(self.stop.why)
                         return
                 return
 
