@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -39,7 +39,15 @@ VIEWS = ("procs", "sched", "contention", "goroutines")
 STEP_NS = NS_PER_S // 10
 SEEK_FRACTION = 0.1
 _VIEWS_GROUP = Binding.Group("views", compact=True)
-_SEEK_ACTIONS = frozenset({"step", "seek_by", "seek_to"})
+_SEEK_ACTIONS = frozenset({"step", "seek_by", "seek_to", "speed"})
+SPEEDS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+@runtime_checkable
+class SpeedControl(Protocol):
+    """A replay source whose playback speed can change (gmpmon.replay.ReplaySource)."""
+
+    speed: float
 
 
 class GmpmonApp(App[None]):
@@ -59,17 +67,25 @@ class GmpmonApp(App[None]):
         Binding("tab", "cycle_view(1)", "Next view", show=False, priority=True),
         Binding("shift+tab", "cycle_view(-1)", "Previous view", show=False, priority=True),
         Binding("p,space", "pause", "Pause"),
+        Binding("p,space", "resume", "Resume"),
         Binding("e", "export_folded", "Export"),
         Binding("r", "toggle_recording", "Record"),
-        Binding("left", f"step({-STEP_NS})", "Step", priority=True),
+        Binding("r", "no_recording", "Record", show=False),
+        Binding("plus,equals_sign", "zoom(-1)", "Zoom", key_display="+-"),
+        Binding("minus", "zoom(1)", "Zoom out", show=False),
+        Binding("o", "toggle_order", "Order", show=False),
+        Binding("left", f"step({-STEP_NS})", "Step", priority=True, key_display="←→"),
         Binding("right", f"step({STEP_NS})", "Step", show=False, priority=True),
         Binding("shift+left", f"step({-10 * STEP_NS})", "Step 1s", show=False, priority=True),
         Binding("shift+right", f"step({10 * STEP_NS})", "Step 1s", show=False, priority=True),
-        Binding("left_square_bracket", f"seek_by({-SEEK_FRACTION})", "Seek", priority=True),
+        Binding("left_square_bracket", f"seek_by({-SEEK_FRACTION})", "Seek", priority=True,
+                key_display="[]"),
         Binding("right_square_bracket", f"seek_by({SEEK_FRACTION})", "Seek", show=False,
                 priority=True),
-        Binding("home", "seek_to(0.0)", "Start", show=False, priority=True),
+        Binding("home", "seek_to(0.0)", "Start/End", priority=True, key_display="home/end"),
         Binding("end", "seek_to(1.0)", "End", show=False, priority=True),
+        Binding("less_than_sign", "speed(0.5)", "Speed", key_display="<>"),
+        Binding("greater_than_sign", "speed(2.0)", "Faster", show=False),
     ]
 
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
@@ -103,7 +119,7 @@ class GmpmonApp(App[None]):
 
     # -- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield StatusHeader(self.source.header, id="status")
+        yield StatusHeader(self.source.header, replay=not self.source.live, id="status")
         with TabbedContent(initial="procs", id="views"):
             with TabPane("1 Procs", id="procs"):
                 yield ProcsView(id="procs-view")
@@ -183,6 +199,7 @@ class GmpmonApp(App[None]):
 
     def watch_paused(self, paused: bool) -> None:
         self.query_one(StatusHeader).paused = paused
+        self.refresh_bindings()
         if self.seek is not None and self.seek.paused() != paused:
             self.seek.set_paused(paused)
 
@@ -193,10 +210,14 @@ class GmpmonApp(App[None]):
         return view
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        view = self._active_view()
         if self.query_one(TabbedContent).active == "goroutines":
             # The table takes the focus so that its keys (s, arrows, page up/down) work at once.
             self.query_one("#g-table").focus()
-        view = self._active_view()
+        else:
+            # So do the other views: arrows, PgUp/PgDn, Home/End and j/k scroll them.
+            view.focus()
+        self.refresh_bindings()
         if self.snapshot is not None and view.snapshot is not self.snapshot:
             view.snapshot = self.snapshot
 
@@ -206,6 +227,13 @@ class GmpmonApp(App[None]):
             return self.seek is not None
         if action == "toggle_recording":
             return self.recorder is not None
+        if action == "no_recording":
+            return self.recorder is None
+        if action in ("pause", "resume"):
+            # Two bindings share p/space: the footer says "Pause" or "Resume", never both.
+            return self.paused == (action == "resume")
+        if action in ("zoom", "toggle_order"):
+            return self.query_one(TabbedContent).active == "procs"
         return True
 
     def action_view(self, name: str) -> None:
@@ -228,10 +256,34 @@ class GmpmonApp(App[None]):
         if not self.paused:
             self._deliver(self._poll_once())
 
+    def action_resume(self) -> None:
+        self.action_pause()
+
+    def action_no_recording(self) -> None:
+        self.notify("r records a live session; this is a replay of a recording already",
+                    severity="warning")
+
+    def action_speed(self, factor: float) -> None:
+        src = self.source
+        if not isinstance(src, SpeedControl):
+            return
+        i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - src.speed))
+        i = min(max(i + (1 if float(factor) > 1 else -1), 0), len(SPEEDS) - 1)
+        src.speed = SPEEDS[i]
+        self.notify(f"replay speed x{src.speed:g}", timeout=2)
+        self._deliver(self._poll_once())
+
+    def action_zoom(self, delta: int) -> None:
+        self.query_one(ProcsView).zoom(int(delta))
+
+    def action_toggle_order(self) -> None:
+        self.query_one(ProcsView).toggle_order()
+
     def action_step(self, delta_ns: int) -> None:
         if self.seek is None:
             return
         self.seek.step(int(delta_ns))
+        self.query_one(GoroutinesView).invalidate()
         self.paused = True
         self._deliver(self._poll_once())
 
@@ -246,6 +298,7 @@ class GmpmonApp(App[None]):
         if self.seek is None:
             return
         self.seek.seek(min(max(float(fraction), 0.0), 1.0))
+        self.query_one(GoroutinesView).invalidate()
         self._deliver(self._poll_once())
 
     def action_export_folded(self) -> None:

@@ -13,6 +13,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from gmpmon.model.hist import BUCKET_LO
 from gmpmon.model.snapshot import GState, LatencyStats, ProcView, PState, Snapshot, Span
 
 NS_PER_S = 1_000_000_000
@@ -20,13 +21,15 @@ NS_PER_S = 1_000_000_000
 # One colour per P state (gotraceui / Perfetto habit: running is green, GC is red). Running
 # spans alternate between greens by goroutine so that a switch of G on a P is visible.
 RUNNING_COLOURS = ("#3fb950", "#238636", "#56d364", "#2ea043")
+SYSCALL_COLOUR = "#a371f7"
+STW_COLOUR = "#f85149"
 STATE_STYLE: dict[PState, tuple[str, str]] = {
     PState.UNKNOWN: (" ", ""),
     PState.RUNNING: ("█", RUNNING_COLOURS[0]),
-    PState.SEARCHING: ("█", "#d29922"),
+    PState.SEARCHING: ("─", "#d29922"),
     PState.IDLE: ("·", "#6e7681"),
-    PState.SYSCALL: ("█", "#a371f7"),
-    PState.GCSTOP: ("█", "#f85149"),
+    PState.SYSCALL: ("▓", SYSCALL_COLOUR),
+    PState.GCSTOP: ("▚", STW_COLOUR),
 }
 STATE_WORD: dict[PState, str] = {
     PState.UNKNOWN: "?",
@@ -46,6 +49,10 @@ GSTATE_WORD: dict[GState, str] = {
 }
 BAR_EIGHTHS = " ▏▎▍▌▋▊▉█"
 SPARK = " ▁▂▃▄▅▆▇█"
+# Each state has its own glyph so that the strip reads without colour (NO_COLOR=1, a
+# monochrome terminal): running is a bar whose height is its share of the cell, syscall a
+# shade whose density is its share, stop-the-world a checker that no other state uses.
+SHADE = " ░░░▒▒▒▓▓"  # by eighths of the cell, like SPARK
 
 
 def fmt_ns(ns: int | float) -> str:
@@ -228,35 +235,44 @@ class TimelineGrid:
         return cells
 
 
-_GLYPH: dict[PState, tuple[str, str]] = {
-    PState.UNKNOWN: (" ", ""),
-    PState.SEARCHING: ("─", "#d29922"),
-    PState.IDLE: ("·", "#6e7681"),
-    PState.GCSTOP: ("█", "#f85149"),
-}
+def cell_glyph(state: PState, level: int) -> str:
+    """The character of one timeline cell: unique per state, whatever the colours."""
+    if state is PState.RUNNING:
+        return SPARK[level]
+    if state is PState.SYSCALL:
+        return SHADE[min(max(level, 1), 8)]
+    return STATE_STYLE.get(state, STATE_STYLE[PState.UNKNOWN])[0]
 
 
 def timeline_text(cells: Sequence[Cell]) -> Text:
     text = Text()
     for state, goid, level in cells:
+        ch = cell_glyph(state, level)
         if state is PState.RUNNING:
-            text.append(SPARK[level], style=_running_colour(goid))
-        elif state is PState.SYSCALL:
-            text.append(SPARK[level], style="#a371f7")
+            text.append(ch, style=_running_colour(goid))
         else:
-            ch, colour = _GLYPH.get(state, _GLYPH[PState.UNKNOWN])
+            colour = STATE_STYLE.get(state, STATE_STYLE[PState.UNKNOWN])[1]
             text.append(ch, style=colour or None)
     return text
 
 
+LEGEND: tuple[tuple[str, str, str], ...] = (
+    ("▁▄█", RUNNING_COLOURS[0], "running"),
+    ("░▒▓", SYSCALL_COLOUR, "syscall"),
+    ("─", "#d29922", "spinning"),
+    ("·", "#6e7681", "idle"),
+    ("▚", STW_COLOUR, "STW"),
+)
+
+
 def legend() -> Text:
+    """One line: each glyph and its state, and what height, shade and a blank mean."""
     text = Text(no_wrap=True, overflow="ellipsis")
-    for glyphs, colour, word in (("▂▅█", RUNNING_COLOURS[0], "running"),
-                                 ("▂▅█", "#a371f7", "syscall"), ("──", "#d29922", "spinning"),
-                                 ("··", "#6e7681", "idle"), ("██", "#f85149", "GC/STW")):
+    for glyphs, colour, word in LEGEND:
         text.append(glyphs, style=colour)
         text.append(f" {word}  ")
-    text.append("(bar height: share of the time)", style="dim")
+    text.append("blank: not observed", style="dim")
+    text.append("  (height/shade: share of the cell)", style="dim")
     return text
 
 
@@ -286,12 +302,37 @@ def latency_spark(stats: LatencyStats, lo_pow: int = 6, hi_pow: int = 30) -> tup
     return spark, Text("".join(axis[: 2 * len(counts)]), style="dim")
 
 
+_EDGES: tuple[int, ...] = tuple(sorted(set(BUCKET_LO)))
+_EDGE_SET = frozenset(_EDGES)
+
+
+def fmt_q(value: int, stats: LatencyStats) -> str:
+    """A percentile (or a max) of a histogram, no more precise than it is.
+
+    The model's percentiles are the lower edge of the histogram bucket holding the rank, so
+    the true value is below the next edge: ``<655µs`` says exactly that (99% of the waits were
+    under 655µs). A value that is not a bucket edge was measured (an exact max, or a
+    percentile clamped to it) and is shown as is. No samples: ``-``.
+    """
+    if stats.count == 0:
+        return "-"
+    if value in _EDGE_SET and value >= 8:
+        i = bisect_right(_EDGES, value)
+        if i < len(_EDGES):
+            return "<" + fmt_ns(_EDGES[i])
+    return fmt_ns(value)
+
+
+BUCKET_NOTE = "<X: under X (percentiles come from histogram buckets)"
+
+
 def latency_line(stats: LatencyStats) -> str:
     if stats.count == 0:
         return "no samples yet"
     return (
-        f"n={fmt_count(stats.count)}  p50 {fmt_ns(stats.p50)}  p90 {fmt_ns(stats.p90)}  "
-        f"p99 {fmt_ns(stats.p99)}  max {fmt_ns(stats.max)}"
+        f"n={fmt_count(stats.count)}  p50 {fmt_q(stats.p50, stats)}  "
+        f"p90 {fmt_q(stats.p90, stats)}  p99 {fmt_q(stats.p99, stats)}  "
+        f"max {fmt_q(stats.max, stats)}"
     )
 
 
@@ -306,3 +347,55 @@ def short_stack(stack: Sequence[str], skip_prefixes: tuple[str, ...] = (
     if not frames:
         frames = list(reversed(stack))
     return " < ".join(frames)
+
+
+def busy_share(spans: Sequence[Span], lo: int, hi: int) -> float:
+    """Share of [lo, hi) the P spent running goroutines (0 when nothing was observed)."""
+    if hi <= lo:
+        return 0.0
+    i = max(bisect_right(spans, lo, key=_start) - 1, 0)
+    run = 0
+    for s in spans[i:]:
+        if s.start >= hi:
+            break
+        if s.state is PState.RUNNING:
+            run += max(min(s.end, hi) - max(s.start, lo), 0)
+    return run / (hi - lo)
+
+
+def last_known_state(p: ProcView) -> PState:
+    """The P's state now or, when it is unknown (between duty-cycle windows, after the end of
+    a recording), the last state its timeline shows; UNKNOWN if it never showed one."""
+    if p.state is not PState.UNKNOWN:
+        return p.state
+    for s in reversed(p.timeline):
+        if s.state is not PState.UNKNOWN:
+            return s.state
+    return PState.UNKNOWN
+
+
+def id_ranges(ids: Iterable[int]) -> str:
+    """``0 2 5-9``: sorted ids with runs collapsed."""
+    out: list[str] = []
+    run: list[int] = []
+    for i in sorted(ids):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [i]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return " ".join(out)
+
+
+def heat_strip(shares: Sequence[float]) -> Text:
+    """One cell per P (by id): a bar as high as its busy share, `·` for a P that never ran."""
+    text = Text(no_wrap=False)
+    for f in shares:
+        if f <= 0:
+            text.append("·", style="#6e7681")
+        else:
+            text.append(SPARK[min(8, max(1, round(8 * f)))], style=RUNNING_COLOURS[0])
+    return text

@@ -6,12 +6,12 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Static
 
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.tui.render import bar, fmt_count, fmt_ns, panel_table, short_stack
+from gmpmon.tui.widgets.scroll import KeyScroll
 
 TOP_STACKS = 30
 TOP_ADDRS = 8
@@ -77,7 +77,7 @@ def waits_table(snap: Snapshot, bar_width: int = 10) -> Table | Text:
     return t
 
 
-class ContentionView(VerticalScroll):
+class ContentionView(KeyScroll):
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
 
     def compose(self) -> ComposeResult:

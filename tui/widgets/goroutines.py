@@ -56,6 +56,10 @@ class GoroutinesView(Vertical):
         for label, _, _ in COLUMNS:
             table.add_column(label, key=label)
 
+    def invalidate(self) -> None:
+        """Rebuild the table on the next snapshot, however close in time (a replay step)."""
+        self._table_now = None
+
     def action_cycle_sort(self) -> None:
         self._sort_by((self.sort_column + 1) % len(COLUMNS))
 

@@ -15,25 +15,32 @@ from gmpmon.tui.render import legend
 
 KEYS = """\
 1 2 3 4 / tab     switch view: Procs, Scheduling, Contention, Goroutines
-p / space         pause: freeze the numbers shown (a replay pauses too)
+up down j k       scroll (PgUp PgDn, g G: top/bottom; home end when live)
+p / space         pause / resume: freeze the numbers shown (a replay pauses too)
 e                 export the contended mutex stacks now (folded format)
 r                 start / stop recording events to a file (live only)
++ -  o            Procs: time per timeline cell; busiest Ps first / by id
 ← →               replay: step back / forward 100 ms (shift: 1 s)
 [ ]  home end     replay: seek -/+ 10%, to the start, to the end
+< >               replay: slower / faster
 s / click header  Goroutines: change the sort column (again: reverse)
 ?                 this help          q  quit (detaches every probe)
 """
 
 VIEWS = (
-    "Procs: one row per P. state is what the P does now: running (G n), spinning (its M is "
-    "in findRunnable looking for work), idle, syscall, GC stop. runq is the P's local run "
-    "queue. The strip shows the last seconds, newest on the right; each cell shows what the "
-    "P did most of that time; the green changes shade when the P switches goroutine.\n"
+    "Procs: one row per P. state is what the P does now: running, spinning (its M is in "
+    "findRunnable looking for work), idle, syscall, GC stop; 'idle?' is the last state seen, "
+    "not observed since. runq is the P's local run queue. The strip shows the time per cell "
+    "in its header, newest on the right. With more than 8 Ps: a heat strip of every P, the "
+    "busiest first, the idle ones on one line.\n"
     "Scheduling: runnable -> running latency (from ready or preemption to execute), park "
     "reasons, work stealing (thief x victim), preemption, syscalls, hand-offs, "
-    "stop-the-world.\n"
+    "stop-the-world. '<655µs' is a histogram bucket bound: under 655µs.\n"
     "Contention: contended sync.Mutex / RWMutex stacks by total wait; e exports them.\n"
-    "Goroutines: the goroutines seen, newest first; s or a click on a header sorts."
+    "Goroutines: the goroutines seen, longest total wait first; s or a click on a header "
+    "sorts.\n"
+    "Default mode counts hot events inside its windows only: those numbers say 'in N% of the "
+    "time'. '–' means not measured in this mode, never zero."
 )
 
 

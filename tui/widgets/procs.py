@@ -4,41 +4,66 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gmpmon.model.snapshot import PState, Snapshot
+from gmpmon.model.snapshot import ProcView, PState, Snapshot
+from gmpmon.tui.measure import NOT_MEASURED, coverage, hot_count
 from gmpmon.tui.render import (
     NS_PER_S,
     STATE_STYLE,
+    STATE_WORD,
     TimelineGrid,
     bar,
+    busy_share,
     fmt_count,
     fmt_ns,
+    heat_strip,
+    id_ranges,
+    last_known_state,
     legend,
-    proc_state_label,
     timeline_text,
 )
+from gmpmon.tui.widgets.scroll import KeyScroll
 
-# The strip shows the last 5 s, or less when there is less history (just after attaching, in
-# a short recording, or when the model keeps fewer spans of a very busy P): the smallest of
-# these spans that holds the history, so the cell size changes rarely.
+# Auto zoom: the strip shows the last 5 s, or less when there is less history (just after
+# attaching, in a short recording, or when the model keeps fewer spans of a very busy P): the
+# smallest of these spans that holds the history, so the cell size changes rarely. `+`/`-`
+# pick a fixed time per cell instead; the header always says the time per cell.
 TIMELINE_CHOICES_NS = tuple(int(f * NS_PER_S) for f in (0.1, 0.25, 0.5, 1, 2, 5))
 TIMELINE_NS = TIMELINE_CHOICES_NS[-1]
+CELL_CHOICES_NS = tuple(int(f * 1_000_000) for f in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100,
+                                                     200, 500, 1000))
 RUNQ_BAR = 6
 WIDE = 110  # from this width on, the M and busy% columns are shown too
+MANY_PS = 8  # above this: busy Ps first, idle Ps on one line, a heat strip of every P
+STATE_W = 9
 
 
 class ProcTable(Widget):
     """The per-P rows. Rendered as one Text so the timeline takes exactly the width left."""
 
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True, layout=True)
+    zoom_index: reactive[int | None] = reactive(None)  # CELL_CHOICES_NS index; None: auto
+    busy_first: reactive[bool | None] = reactive(None)  # None: only when there are many Ps
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.grid = TimelineGrid()
+        self.cell_ns = 0  # time per cell of the last render (for zooming from auto)
+        self.collapsed: tuple[int, ...] = ()  # P ids folded into the idle line last render
+
+    def zoom(self, delta: int) -> None:
+        """delta -1: smaller cells (zoom in), +1: bigger cells."""
+        i = self.zoom_index
+        if i is None:
+            i = min(range(len(CELL_CHOICES_NS)),
+                    key=lambda k: abs(CELL_CHOICES_NS[k] - max(self.cell_ns, 1)))
+        self.zoom_index = min(max(i + delta, 0), len(CELL_CHOICES_NS) - 1)
+
+    def ordered_busy_first(self, snap: Snapshot) -> bool:
+        return self.busy_first if self.busy_first is not None else len(snap.procs) > MANY_PS
 
     def render(self) -> Text:
         snap = self.snapshot
@@ -46,50 +71,90 @@ class ProcTable(Widget):
             return Text("waiting for the first events…", style="dim")
         width = self.size.width
         wide = width >= WIDE
-        fixed = 3 + 1 + 8 + 1 + 8 + 1 + 4 + 1 + RUNQ_BAR + 1 + 12 + 1
+        fixed = 3 + 1 + STATE_W + 1 + 8 + 1 + 4 + 1 + RUNQ_BAR + 1 + 12 + 1
         if wide:
             fixed += 8 + 1 + 5 + 1
         tl_w = max(width - fixed, 0)
         t1 = snap.now
-        first = min((p.timeline[0].start for p in snap.procs if p.timeline), default=t1)
-        span_ns = next((c for c in TIMELINE_CHOICES_NS if c >= t1 - first), TIMELINE_NS)
-        cell_ns = -(-span_ns // tl_w) if tl_w else 1
+        if self.zoom_index is not None:
+            cell_ns = CELL_CHOICES_NS[self.zoom_index]
+        else:
+            first = min((p.timeline[0].start for p in snap.procs if p.timeline), default=t1)
+            span_ns = next((c for c in TIMELINE_CHOICES_NS if c >= t1 - first), TIMELINE_NS)
+            cell_ns = -(-span_ns // tl_w) if tl_w else 1
+        self.cell_ns = cell_ns
         runq_full = max(8, *(p.runq for p in snap.procs)) if snap.procs else 8
+        lo = t1 - cell_ns * max(tl_w, 1)
+        shares = {p.id: busy_share(p.timeline, lo, t1) for p in snap.procs}
 
         head = Text(style="bold dim", no_wrap=True)
-        head.append(f"{'P':>3} {'state':<8} {'G':>8} {'runq':>4} {'':<{RUNQ_BAR}} ")
+        head.append(f"{'P':>3} {'state':<{STATE_W}} {'G':>8} {'runq':>4} {'':<{RUNQ_BAR}} ")
         head.append("steal in/out ")
         if wide:
             head.append(f"{'M':>8} {'busy':>5} ")
         if tl_w >= 12:
-            label = f"last {fmt_ns(cell_ns * tl_w)}"
-            head.append(label.ljust(tl_w - 3) + "now")
+            label = f"{fmt_ns(cell_ns)}/cell, last {fmt_ns(cell_ns * tl_w)}"
+            head.append(label[: tl_w - 4].ljust(tl_w - 3) + "now")
         lines = [head]
-        for p in snap.procs:
-            row = Text(no_wrap=True, overflow="crop")
-            _, colour = STATE_STYLE.get(p.state, STATE_STYLE[PState.UNKNOWN])
-            row.append(f"{p.id:>3} ")
-            row.append(f"{proc_state_label(p):<8} ", style=colour or "dim")
-            g = f"G{p.goid}" if p.goid else "-"
-            row.append(f"{g:>8} ")
-            row.append(f"{p.runq:>4} ")
-            row.append(bar(p.runq, runq_full, RUNQ_BAR), style="#58a6ff")
-            row.append(" ")
-            row.append(f"{fmt_count(p.steals_in):>6}/{fmt_count(p.steals_out):<5} ")
-            if wide:
-                total = p.running_ns + p.idle_ns + p.spinning_ns + p.syscall_ns + p.gcstop_ns
-                busy = f"{100 * p.running_ns / total:.0f}%" if total else "-"
-                row.append(f"{p.m or '-':>8} {busy:>5} ")
-            if tl_w > 0:
-                cells = self.grid.row(p.id, p.timeline, snap.stw_spans, t1, cell_ns, tl_w)
-                row.append_text(timeline_text(cells))
-            lines.append(row)
+        procs = list(snap.procs)
+        many = len(procs) > MANY_PS
+        if self.ordered_busy_first(snap):
+            procs.sort(key=lambda p: (-shares[p.id], p.id))
+        idle = [p.id for p in procs if many and shares[p.id] == 0
+                and last_known_state(p) is PState.IDLE and p.runq == 0]
+        self.collapsed = tuple(idle) if len(idle) >= 2 else ()
+        folded = set(self.collapsed)
+        if many:
+            strip = Text(no_wrap=True, overflow="crop")
+            strip.append(f"{'':>3} busy by P 0-{len(procs) - 1}: ", style="dim")
+            by_id = sorted(snap.procs, key=lambda p: p.id)
+            room = max(width - len(strip), 1)
+            strip.append_text(heat_strip([shares[p.id] for p in by_id][:room]))
+            lines.insert(0, strip)
+        for p in procs:
+            if p.id in folded:
+                continue
+            lines.append(self._row(p, snap, wide, tl_w, cell_ns, runq_full))
+        if folded:
+            fold = Text(no_wrap=True, overflow="ellipsis")
+            fold.append(f"{len(folded):>3} ", style="bold")
+            fold.append(f"idle Ps, no run in the last {fmt_ns(t1 - lo)}: ", style="#6e7681")
+            fold.append(id_ranges(folded))
+            lines.append(fold)
         out = Text("\n", no_wrap=True, overflow="crop").join(lines)
         out.no_wrap = True
         return out
 
+    def _row(self, p: ProcView, snap: Snapshot, wide: bool, tl_w: int, cell_ns: int,
+             runq_full: int) -> Text:
+        row = Text(no_wrap=True, overflow="crop")
+        shown = last_known_state(p)
+        _, colour = STATE_STYLE.get(shown, STATE_STYLE[PState.UNKNOWN])
+        row.append(f"{p.id:>3} ")
+        word = STATE_WORD.get(shown, "?")
+        if p.state is PState.UNKNOWN and shown is not PState.UNKNOWN:
+            word += "?"  # last seen so; not observed since (between windows, end of a replay)
+        row.append(f"{word:<{STATE_W}} ", style=colour or "dim")
+        g = f"G{p.goid}" if p.goid else "-"
+        row.append(f"{g:>8} ")
+        row.append(f"{p.runq:>4} ")
+        row.append(bar(p.runq, runq_full, RUNQ_BAR), style="#58a6ff")
+        row.append(" ")
+        if coverage(snap).hot:
+            row.append(f"{fmt_count(p.steals_in):>6}/{fmt_count(p.steals_out):<5} ")
+        else:
+            row.append(f"{NOT_MEASURED:>6}/{NOT_MEASURED:<5} ")
+        if wide:
+            total = p.running_ns + p.idle_ns + p.spinning_ns + p.syscall_ns + p.gcstop_ns
+            busy = f"{100 * p.running_ns / total:.0f}%" if total else "-"
+            row.append(f"{p.m or '-':>8} {busy:>5} ")
+        if tl_w > 0:
+            cells = self.grid.row(p.id, p.timeline, snap.stw_spans, snap.now, cell_ns, tl_w)
+            row.append_text(timeline_text(cells))
+        return row
 
-class ProcsView(VerticalScroll):
+
+class ProcsView(KeyScroll):
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
 
     def compose(self) -> ComposeResult:
@@ -106,13 +171,27 @@ class ProcsView(VerticalScroll):
         if snap.window == "exact":
             # Full mode reads no runtime.sched samples (npidle/nmspinning stay 0): count the
             # rows, so the header agrees with the states shown below it.
+            # A P shown spinning is held by a spinning M: the same figure as nmspinning.
             idle = sum(1 for p in snap.procs if p.state is PState.IDLE)
-            searching = sum(1 for p in snap.procs if p.state is PState.SEARCHING)
-            text.append(f"  idle Ps {idle}  searching Ps {searching}")
+            spinning = sum(1 for p in snap.procs if p.state is PState.SEARCHING)
+            text.append(f"  idle Ps {idle}  spinning Ms {spinning}")
         else:
             text.append(f"  idle Ps {snap.npidle}  spinning Ms {snap.nmspinning}")
         text.append(f"  STW {snap.stw_count}")
         if snap.stw_count:
             text.append(f" (max {fmt_ns(snap.stw_max_ns)}, total {fmt_ns(snap.stw_total_ns)})")
-        text.append(f"  steals {fmt_count(snap.steals.count)}")
+        cov = coverage(snap)
+        text.append(f"  steals {hot_count(snap.steals.count, cov)}")
+        if cov.hot and not cov.exact:
+            text.append(f" {cov.note()}", style="dim")
         self.query_one("#procs-summary", Static).update(text)
+
+    def zoom(self, delta: int) -> None:
+        self.query_one(ProcTable).zoom(delta)
+
+    def toggle_order(self) -> None:
+        table = self.query_one(ProcTable)
+        snap = table.snapshot
+        now = table.ordered_busy_first(snap) if snap is not None else False
+        table.busy_first = not now
+        self.app.notify("Ps ordered " + ("busy first" if not now else "by id"), timeout=2)

@@ -8,19 +8,31 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Grid, VerticalScroll
+from textual.containers import Grid
 from textual.reactive import reactive
 from textual.widgets import Static
 
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.tui.measure import (
+    NOT_MEASURED,
+    Coverage,
+    count_header,
+    coverage,
+    hot_count,
+    hot_rate,
+    rate_header,
+)
 from gmpmon.tui.render import (
+    BUCKET_NOTE,
     NS_PER_S,
     fmt_count,
     fmt_ns,
+    fmt_q,
     latency_line,
     latency_spark,
     panel_table,
 )
+from gmpmon.tui.widgets.scroll import KeyScroll
 
 MATRIX_MAX_PS = 12  # above this the matrix is too wide for 80 columns: list the top pairs
 TOP_PAIRS = 10
@@ -33,54 +45,92 @@ def _table(*columns: str) -> Table:
     return t
 
 
-def latency_panel(snap: Snapshot) -> Group:
+def _not_measured(cov: Coverage, what: str) -> Text:
+    return Text(f"{what}: {cov.note()} (no hot probes)", style="dim")
+
+
+def latency_panel(snap: Snapshot) -> Group | Text:
+    cov = coverage(snap)
+    if not cov.hot:
+        return _not_measured(cov, "run latency")
     stats = snap.sched_latency
     spark, axis = latency_spark(stats)
-    return Group(Text(latency_line(stats)), spark, axis)
+    parts: list[Text] = [Text(latency_line(stats)), spark, axis]
+    note = cov.note()
+    parts.append(Text(BUCKET_NOTE + (f"; {note}" if note else ""), style="dim"))
+    return Group(*parts)
 
 
 def per_p_table(snap: Snapshot) -> Table:
+    cov = coverage(snap)
     t = _table("P", "n", "p50", "p90", "p99", "max", "run%", "spin%", "idle%", "sys%")
     for p in snap.procs:
         total = p.running_ns + p.idle_ns + p.spinning_ns + p.syscall_ns + p.gcstop_ns
         pct = [f"{100 * v / total:.0f}" if total else "-"
                for v in (p.running_ns, p.spinning_ns, p.idle_ns, p.syscall_ns)]
         lat = p.latency
-        t.add_row(str(p.id), fmt_count(lat.count), fmt_ns(lat.p50), fmt_ns(lat.p90),
-                  fmt_ns(lat.p99), fmt_ns(lat.max), *pct)
+        if cov.hot:
+            cells = [fmt_count(lat.count), *(fmt_q(v, lat) for v in (lat.p50, lat.p90,
+                                                                       lat.p99, lat.max))]
+        else:
+            cells = [NOT_MEASURED] * 5
+        t.add_row(str(p.id), *cells, *pct)
     return t
 
 
-def park_table(snap: Snapshot) -> Table | Text:
+def park_table(snap: Snapshot) -> Table | Text | Group:
+    cov = coverage(snap)
+    if not cov.hot:
+        return _not_measured(cov, "parks")
     if not snap.park_reasons:
-        return Text("no parks seen yet", style="dim")
-    secs = max(snap.now - snap.start, 1) / NS_PER_S
-    t = _table("reason", "count", "/s", "total wait", "avg")
+        return Text("no parks seen yet" + (f" ({cov.note()})" if cov.note() else ""),
+                    style="dim")
+    t = _table("reason", count_header(cov), rate_header(cov), "total wait", "avg wait")
+    unmeasured = False
     for r in snap.park_reasons:
-        avg = fmt_ns(r.wait_ns / r.count) if r.count else "-"
-        t.add_row(r.reason or "?", fmt_count(r.count), fmt_count(r.count / secs),
-                  fmt_ns(r.wait_ns), avg)
+        if r.wait_ns:
+            total, avg = fmt_ns(r.wait_ns), fmt_ns(r.wait_ns / r.count) if r.count else "-"
+        else:
+            # Woken without a ready (GC workers, injectglist): no wait was measured.
+            total = avg = NOT_MEASURED
+            unmeasured = True
+        t.add_row(r.reason or "?", fmt_count(r.count), hot_rate(r.count, cov), total, avg)
+    notes = []
+    if not cov.exact:
+        notes.append(f"counts {cov.note()}; ~/s: rate over that time")
+    if unmeasured:
+        notes.append("–: woken with no ready seen (GC workers, netpoll), wait not measured")
+    if notes:
+        return Group(t, *(Text(n, style="dim") for n in notes))
     return t
 
 
 def wake_table(snap: Snapshot) -> Table | Text:
     """Run latency split by why the goroutine became runnable (the reason it had parked with,
     or created / preempted / gosched): which wake-ups wait longest for a P."""
+    cov = coverage(snap)
+    if not cov.hot:
+        return _not_measured(cov, "run latency by wake-up")
     if not snap.latency_by_reason:
         return Text("no wake-ups seen yet", style="dim")
     t = _table("woken from", "n", "p50", "p99", "max")
     rows = sorted(snap.latency_by_reason.items(), key=lambda kv: (-kv[1].p99, kv[0]))
     for reason, lat in rows:
-        t.add_row(reason or "?", fmt_count(lat.count), fmt_ns(lat.p50), fmt_ns(lat.p99),
-                  fmt_ns(lat.max))
+        t.add_row(reason or "?", fmt_count(lat.count), fmt_q(lat.p50, lat), fmt_q(lat.p99, lat),
+                  fmt_q(lat.max, lat))
     return t
 
 
-def steal_panel(snap: Snapshot) -> Group:
+def steal_panel(snap: Snapshot) -> Group | Text:
+    cov = coverage(snap)
+    if not cov.hot:
+        return _not_measured(cov, "work stealing")
     st = snap.steals
     ok = f" ({100 * st.count / st.attempts:.0f}% ok)" if st.attempts else ""
     head = Text(f"attempts {fmt_count(st.attempts)}  steals {fmt_count(st.count)}{ok}  "
                 f"goroutines {fmt_count(st.goroutines)}")
+    if not cov.exact:
+        head.append(f"  ({cov.note()})", style="dim")
     if not st.matrix:
         return Group(head)
     nprocs = max(len(snap.procs), 1 + max(max(k) for k in st.matrix))
@@ -101,34 +151,46 @@ def steal_panel(snap: Snapshot) -> Group:
     return Group(head, t)
 
 
-def counters_table(snap: Snapshot) -> Table:
+def counters_table(snap: Snapshot) -> Group:
+    """Event counters, hot (left: seen by the hot probes, so windowed in default mode and not
+    measured in sample mode) and cold (right: totals in every mode); then stop-the-world."""
+    cov = coverage(snap)
     secs = max(snap.now - snap.start, 1) / NS_PER_S
     t = Table(box=None, pad_edge=False, padding=(0, 1), show_header=False, show_edge=False)
     justify: Literal["left", "right"]
     for justify in ("left", "right", "right", "left", "right", "right"):
         t.add_column(justify=justify, no_wrap=True)
-    t.add_row("", Text("count", style="bold dim"), Text("/s", style="bold dim"),
-              "", Text("count", style="bold dim"), Text("/s", style="bold dim"))
+    head = "bold dim"
+    t.add_row("", Text(count_header(cov), style=head), Text(rate_header(cov), style=head),
+              "", Text("count", style=head), Text("/s", style=head))
     rows = [
-        ("preempt requests", snap.preempt_requested, "syscalls", snap.syscalls),
-        ("preempted", snap.preempted, "  blocking", snap.syscalls_blocking),
-        ("Gosched", snap.gosched, "P hand-offs", snap.handoffs),
-        ("Gs created", snap.goroutines_created, "stop-the-world", snap.stw_count),
+        ("preempted", snap.preempted, "preempt requests", snap.preempt_requested),
+        ("Gosched", snap.gosched, "blocking syscalls", snap.syscalls_blocking),
+        ("syscalls", snap.syscalls, "P hand-offs", snap.handoffs),
+        ("Gs created", snap.goroutines_created, "", None),
         ("Gs exited", snap.goroutines_exited, "", None),
     ]
     for n1, v1, n2, v2 in rows:
         right = (n2, fmt_count(v2), fmt_count(v2 / secs)) if v2 is not None else ("", "", "")
-        t.add_row(n1, fmt_count(v1), fmt_count(v1 / secs), *right)
-    t.add_row("", "", "", "STW total/max", fmt_ns(snap.stw_total_ns), fmt_ns(snap.stw_max_ns))
+        t.add_row(n1, hot_count(v1, cov), hot_rate(v1, cov), *right)
+    stw = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False,
+                header_style=head)
+    stw.add_column("stop-the-world", no_wrap=True)
+    for c in ("count", "total", "max"):
+        stw.add_column(c, justify="right", no_wrap=True)
+    stw.add_row("all", fmt_count(snap.stw_count), fmt_ns(snap.stw_total_ns),
+                fmt_ns(snap.stw_max_ns))
     for reason, (count, ns) in sorted(snap.stw_reasons.items(), key=lambda kv: -kv[1][1]):
-        t.add_row("", "", "", Text(f"  {reason}", style="dim"), fmt_count(count), fmt_ns(ns))
-    if snap.illegal_transitions:
-        t.add_row(Text("illegal transitions", style="#f85149"),
-                  fmt_count(snap.illegal_transitions), "", "", "", "")
-    return t
+        stw.add_row(Text(f"  {reason}", style="dim"), fmt_count(count), fmt_ns(ns), "")
+    parts: list[Table | Text] = [t]
+    if not cov.exact:
+        parts.append(Text(f"left: {cov.note()}" + ("; ~/s over that time" if cov.hot else ""),
+                          style="dim"))
+    parts.append(stw)
+    return Group(*parts)
 
 
-class SchedView(VerticalScroll):
+class SchedView(KeyScroll):
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
 
     def compose(self) -> ComposeResult:

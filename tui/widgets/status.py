@@ -10,6 +10,7 @@ from textual.widget import Widget
 
 from gmpmon.events import Header
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.tui.measure import coverage, hot_count, pct
 from gmpmon.tui.render import fmt_count, fmt_ns, uptime_ns
 
 
@@ -20,9 +21,10 @@ class StatusHeader(Widget):
     recording: reactive[str | None] = reactive(None)
     ended: reactive[bool] = reactive(False)  # live target exited
 
-    def __init__(self, header: Header, *, id: str | None = None) -> None:
+    def __init__(self, header: Header, *, replay: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)
         self.header = header
+        self.replay = replay  # the source's status line carries the clock ("replay 1.2/5.0s")
 
     def render(self) -> Text:
         h, snap = self.header, self.snapshot
@@ -43,21 +45,27 @@ class StatusHeader(Widget):
             second.append(f" {self.status or 'target exited'} - q to quit ",
                           style="bold white on #da3633")
             second.append("  ")
+        if self.replay and self.status and not self.ended:
+            second.append(f"{self.status}  ", style="#a371f7")  # the replay's one clock
         if snap is None:
             second.append("waiting for the first events…", style="dim")
         else:
-            second.append(f"up {fmt_ns(uptime_ns(snap, h.start_ns))}  ")
+            if not self.replay:
+                second.append(f"up {fmt_ns(uptime_ns(snap, h.start_ns))}  ")
             second.append(f"{fmt_count(snap.event_rate)} ev/s  ")
             lost = f"lost {fmt_count(snap.events_lost)}"
             second.append(lost, style="bold white on #da3633" if snap.events_lost else "")
-            second.append(f"  goroutines {fmt_count(snap.goroutines_live)}")
-            if snap.window != "exact":
-                second.append(f"  [{snap.window}]", style="dim")
+            cov = coverage(snap)
+            second.append(f"  goroutines {hot_count(snap.goroutines_live, cov)}")
+            if cov.window == "windows":
+                second.append(f"  hot probes {pct(cov.fraction)} of the time", style="#d29922")
+            elif cov.window == "sampled":
+                second.append("  sampled: no hot probes", style="#d29922")
         if self.recording:
             second.append(f"  ● REC {os.path.basename(self.recording)}", style="bold #f85149")
         if self.paused:
             second.append("  ❚❚ PAUSED", style="bold black on #d29922")
-        if self.status and not self.ended:
+        if self.status and not self.ended and not self.replay:
             second.append(f"  {self.status}", style="#a371f7")
         out = Text("\n", no_wrap=True, overflow="ellipsis").join([top, second])
         out.no_wrap = True
