@@ -469,8 +469,10 @@ static __always_inline int on_stw_stop(struct pt_regs *ctx)
     return 0;
 }
 
-/* runtime.startTheWorldWithSema (its arguments changed in every version; the reason is taken
- * from the matching stop). a1 = pause measured in the kernel, stop entry -> start entry. */
+/* The `call runtime.wakep` in runtime.startTheWorldWithSema (its entry when that is not
+ * found): the Ps have been handed back, where the runtime ends its own pause measurement.
+ * The reason is taken from the matching stop (the arguments changed in every version).
+ * a1 = pause measured in the kernel, stop entry -> world restarted. */
 static __always_inline int on_stw_start(struct pt_regs *ctx)
 {
     int zero = 0;

@@ -119,7 +119,15 @@ def plan_probes(info: BinaryInfo) -> ProbePlan:
         if ps is None:
             plan.missing[fn] = f"{names[0]} not found"
             continue
-        add(Site(fn, ps.entry_site, ps.symbol, hot), feature)
+        at = ps.entry_site
+        if fn == "gmpmon_stw_start":
+            # The world counts as stopped until startTheWorldWithSema has handed the Ps back:
+            # the runtime takes its pause's end there (stwTotalTime*, MemStats, the trace's
+            # STWDone), just before the one `call wakep`. Its entry is ~200 µs early.
+            wakep = func_range(info, "runtime.wakep")
+            restarted = call_sites(text, ps.entry, ps.size, wakep[0]) if wakep else ()
+            at = restarted[-1] if restarted else at
+        add(Site(fn, at, ps.symbol, hot), feature)
         if fn == "gmpmon_lock_enter":
             plan.lock_ra_off = -ps.entry_sp_delta
             for ret in ps.rets:

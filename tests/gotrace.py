@@ -1,0 +1,111 @@
+"""Go's runtime/trace as an oracle: the facts of one trace, from `go tool trace -d=parsed`.
+
+The 1.27 toolchain's `go tool trace` reads traces of Go 1.21 and later and prints each event
+as one line (``M=.. P=.. G=.. StateTransition Time=.. GoID=7 Waiting->Runnable ...``,
+``RangeBegin Time=.. Name="stop-the-world (GC mark termination)" ...``), stacks on indented
+lines after it. ``parse_trace`` streams that text once and keeps what the tests compare:
+
+- ``stw``: (name, begin, end) of every stop-the-world range; ``gc_stw_ns`` sums the GC ones;
+- ``latencies``: for each G that became Runnable (from Waiting, NotExist or Running) and then
+  ran, the time in between, with where it came from: the trace's scheduling latency;
+- ``starts_by_p``: Runnable->Running per P; ``created``; ``parks`` by wait reason.
+
+Times are the runtime's nanotime (CLOCK_MONOTONIC), the clock gmpmon's BPF timestamps use.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.gotargets import ensure_go
+
+_HEAD = re.compile(r"^M=(-?\d+) P=(-?\d+) G=(-?\d+) (\w+) Time=(\d+)")
+_TRANSITION = re.compile(r"GoID=(\d+) (\w+)->(\w+) Reason=\"([^\"]*)\"")
+_NAME = re.compile(r'Name="([^"]*)"')
+
+
+@dataclass
+class TraceFacts:
+    stw: list[tuple[str, int, int]] = field(default_factory=list)
+    latencies: list[tuple[str, int]] = field(default_factory=list)  # (from state, ns)
+    starts_by_p: Counter[int] = field(default_factory=Counter)
+    created: int = 0
+    parks: Counter[str] = field(default_factory=Counter)
+    first_ns: int = 0
+    last_ns: int = 0
+
+    @property
+    def gc_stw(self) -> list[tuple[str, int, int]]:
+        return [s for s in self.stw if "GC" in s[0]]
+
+    @property
+    def gc_stw_ns(self) -> int:
+        return sum(e - b for _, b, e in self.gc_stw)
+
+    def latency_ns(self) -> list[int]:
+        return sorted(ns for _, ns in self.latencies)
+
+
+def quantile(values: list[int], q: float) -> int:
+    """The value at rank ceil(q * n) (1-based) of sorted ``values``."""
+    if not values:
+        return 0
+    rank = max(1, -(-round(q * 1000) * len(values) // 1000))
+    return values[rank - 1]
+
+
+def parse_trace(path: Path) -> TraceFacts:
+    go = ensure_go("1.27")
+    facts = TraceFacts()
+    runnable_at: dict[int, tuple[str, int]] = {}
+    open_ranges: dict[tuple[int, str], int] = {}
+    with subprocess.Popen(
+        [str(go), "tool", "trace", "-d=parsed", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1 << 20,
+    ) as p:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line[0] != "M":
+                continue
+            h = _HEAD.match(line)
+            if h is None:
+                continue
+            kind, ts = h.group(4), int(h.group(5))
+            if not facts.first_ns:
+                facts.first_ns = ts
+            facts.last_ns = ts
+            if kind == "StateTransition":
+                t = _TRANSITION.search(line, h.end())
+                if t is None:
+                    continue  # a P's transition (ProcID=...)
+                goid, old, new, reason = int(t.group(1)), t.group(2), t.group(3), t.group(4)
+                if new == "Runnable":
+                    if old in ("Waiting", "NotExist", "Running"):
+                        runnable_at[goid] = (old, ts)
+                    if old == "NotExist":
+                        facts.created += 1
+                elif new == "Running" and old == "Runnable":
+                    facts.starts_by_p[int(h.group(2))] += 1
+                    was = runnable_at.pop(goid, None)
+                    if was is not None:
+                        facts.latencies.append((was[0], ts - was[1]))
+                elif new == "Waiting" and old == "Running":
+                    facts.parks[reason] += 1
+                    runnable_at.pop(goid, None)
+            elif kind in ("RangeBegin", "RangeEnd"):
+                n = _NAME.search(line, h.end())
+                if n is None or not n.group(1).startswith("stop-the-world"):
+                    continue
+                key = (int(h.group(1)), n.group(1))
+                if kind == "RangeBegin":
+                    open_ranges[key] = ts
+                elif key in open_ranges:
+                    facts.stw.append((n.group(1), open_ranges.pop(key), ts))
+        err = p.stderr.read() if p.stderr else ""
+    if p.returncode != 0:
+        raise RuntimeError(f"go tool trace -d=parsed {path} failed: {err[-2000:]}")
+    return facts
