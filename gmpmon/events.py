@@ -76,6 +76,34 @@ LOST               a0 = records dropped in the kernel since the previous LOST (r
 WINDOW             Hot probes attached (a0=1) or detached (a0=0): delimits the windows in
                    which timeline events are complete (``default`` mode's duty cycle).
 =================  =============================================================================
+
+Runtime counters and the goroutine census (kinds 40-59; ``gmpmon/capture/runtime_counters.py``
+and ``census.py``: read from the target's memory, no probe). Deltas, not full copies: a
+recording replays to the same numbers.
+
+=================  =============================================================================
+RT_HIST            Delta of one bucket of a runtime ``timeHistogram``: g = :class:`RtHist`,
+                   m = the histogram's number of counting buckets n (720 on 1.19, 160 on
+                   1.21+), a0 = bucket index in the runtime/metrics layout (0 = underflow,
+                   1..n = ``counts[a0-1]``, n+1 = overflow), a1 = count added.
+RT_SCHED           Gauges of ``runtime.sched``: g = goroutines as ``gcount()`` computes them
+                   (``runtime.NumGoroutine``; 0 if unknown), a0 = ``allglen`` | (global runq
+                   length << 32), a1 = ``npidle`` | (``nmspinning`` << 16) | (``gcwaiting``
+                   << 32) | (GOMAXPROCS (``len(allp)``) << 40).
+RT_TOTAL           Delta of a cumulative runtime counter: g = :class:`RtTotal`, a1 = ns added.
+RT_PTICK           Per-P tick deltas: p = P id, a0 = ``schedtick`` delta (goroutines
+                   scheduled), a1 = ``syscalltick`` delta (syscalls). Only when non-zero.
+RT_MISSING         Once per feature this Go version or binary lacks: a0 = :class:`RtFeature`.
+CENSUS_BEGIN       A walk of ``allgs`` starts: a0 = census number, a1 = ``allglen``.
+CENSUS_STATE       a0 = G status (``Header.g_status`` index, _Gscan stripped) | (wait reason
+                   << 16) | (1 << 32 for system goroutines), a1 = goroutines counted.
+CENSUS_WAIT        Same key as CENSUS_STATE: m = goroutines with ``waitsince`` set, g = sum of
+                   their waits ns, a1 = the longest wait ns.
+CENSUS_SITE        a0 = creation site id into ``Batch.stacks`` (root first: the function with
+                   the ``go`` statement, then the goroutine's start function), a1 = goroutines.
+CENSUS_END         a0 = goroutines walked, a1 = :class:`CensusCut` flags (0 = complete),
+                   g = walk duration ns.
+=================  =============================================================================
 """
 
 from __future__ import annotations
@@ -136,6 +164,16 @@ class Kind(IntEnum):
     COUNTER = 34
     LOST = 35
     WINDOW = 36
+    RT_HIST = 40
+    RT_SCHED = 41
+    RT_TOTAL = 42
+    RT_PTICK = 43
+    RT_MISSING = 44
+    CENSUS_BEGIN = 50
+    CENSUS_STATE = 51
+    CENSUS_WAIT = 52
+    CENSUS_SITE = 53
+    CENSUS_END = 54
 
 
 # Counter table id ranges (same rule as KIND_RANGES: never reuse or renumber):
@@ -159,6 +197,64 @@ class Counter(IntEnum):
     PARK_COUNT = 5  # key = wait-reason index
     PARK_WAIT_NS = 6  # key = wait-reason index (park -> ready ns, added at ready)
     PROBE_HITS = 7  # key = probe id (capture-defined); for overhead accounting
+
+
+class RtHist(IntEnum):
+    """The runtime's timeHistograms in ``runtime.sched`` (RT_HIST g)."""
+
+    TIME_TO_RUN = 1  # /sched/latencies:seconds (about 1 transition in 8 is tracked)
+    STW_STOPPING_GC = 2  # /sched/pauses/stopping/gc:seconds (1.22+)
+    STW_STOPPING_OTHER = 3  # /sched/pauses/stopping/other:seconds
+    STW_TOTAL_GC = 4  # /sched/pauses/total/gc:seconds
+    STW_TOTAL_OTHER = 5  # /sched/pauses/total/other:seconds
+
+
+class RtTotal(IntEnum):
+    """Cumulative ns counters in ``runtime.sched`` (RT_TOTAL g), 1.21/1.22+."""
+
+    MUTEX_WAIT = 1  # totalMutexWaitTime: sync.Mutex/RWMutex blocked time
+    RUNTIME_LOCK_WAIT = 2  # totalRuntimeLockWaitTime: runtime-internal locks (1.22+)
+
+
+class RtFeature(IntEnum):
+    """What the runtime-counter and census readers may lack (RT_MISSING a0)."""
+
+    LATENCY = 1  # sched.timeToRun
+    GOROUTINES = 2  # allglen / gcount's free lists
+    SCHED = 3  # npidle, nmspinning, runq size
+    P_TICKS = 4  # allp, schedtick/syscalltick
+    MUTEX_WAIT = 5  # totalMutexWaitTime (1.21+)
+    STW = 6  # stwTotalTime*/stwStoppingTime* (1.22+)
+    RUNTIME_LOCK_WAIT = 7  # totalRuntimeLockWaitTime (1.22+)
+    CENSUS = 8  # allgs and g.atomicstatus/waitreason
+    CENSUS_WAIT = 9  # g.waitsince
+    CENSUS_SITES = 10  # g.gopc/startpc
+
+
+RT_FEATURE_NAMES: dict[int, str] = {
+    RtFeature.LATENCY: "scheduling-latency histogram (sched.timeToRun)",
+    RtFeature.GOROUTINES: "goroutine count (allglen, free lists)",
+    RtFeature.SCHED: "idle/spinning Ps and global runq (runtime.sched)",
+    RtFeature.P_TICKS: "per-P schedules and syscalls (p.schedtick/syscalltick)",
+    RtFeature.MUTEX_WAIT: "mutex wait total (sched.totalMutexWaitTime, Go 1.21+)",
+    RtFeature.STW: "stop-the-world pauses (sched.stwTotalTime*, Go 1.22+)",
+    RtFeature.RUNTIME_LOCK_WAIT: "runtime lock wait (sched.totalRuntimeLockWaitTime, Go 1.22+)",
+    RtFeature.CENSUS: "goroutine census (allgs)",
+    RtFeature.CENSUS_WAIT: "census waiting times (g.waitsince)",
+    RtFeature.CENSUS_SITES: "census creation sites (g.gopc/startpc)",
+}
+
+
+class CensusCut(IntEnum):
+    """Why a census walk stopped early (CENSUS_END a1 bits)."""
+
+    LIMIT = 1  # more goroutines than the walk may visit
+    TIME = 2  # the walk's time budget ran out
+    TARGET_GONE = 4  # the target exited (or its memory stopped reading) mid-walk
+
+
+# Stack ids of census creation sites (CENSUS_SITE a0) start here, far above capture's own.
+CENSUS_SITE_BASE = 1 << 32
 
 
 class LockKind(IntEnum):

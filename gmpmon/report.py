@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
+from gmpmon.report_runtime import block_sources, census_summary, runtime_lines, runtime_summary
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 WIDTH = 80
 
 
@@ -122,6 +123,10 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
             for s in snap.wait_stacks[:top]
         ],
         "sources": dict(sorted(snap.sources.items())),
+        # schema v2: where each block's numbers come from, and the trap-free blocks.
+        "block_sources": block_sources(snap),
+        "runtime": runtime_summary(snap.runtime),
+        "census": census_summary(snap.runtime.census if snap.runtime else None),
     }
 
 
@@ -271,6 +276,7 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
     if others:
         add("Other blocking waits: " + ", ".join(
             f"{k} {c}x {fmt_ns(w)}" for k, c, w in sorted(others, key=lambda r: -r[2])))
+    lines.extend(runtime_lines(snap.runtime, top=top))
     return "\n".join(line.rstrip()[:WIDTH] for line in lines) + "\n"
 
 

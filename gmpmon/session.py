@@ -89,12 +89,13 @@ class LiveSession:
         record: str | None = None,
         gomaxprocs: int | None = None,
         before_exec: bool = False,
+        census_s: float = 1.0,
     ) -> None:
         self.info = info
         self.pid = pid
         self.capture = Capture(
             info, pid, mode=mode, window_ms=window_ms, period_ms=period_ms,
-            defer_sampler=before_exec,
+            defer_sampler=before_exec, census_s=census_s,
         )
         self.header = make_header(
             info, pid, self.capture, gomaxprocs or read_gomaxprocs(info, pid)

@@ -27,8 +27,16 @@ WANTED: dict[str, tuple[str, ...]] = {
         "sched.sp",
         "sched.pc",
         "sched.bp",
+        # the goroutine census (gmpmon/capture/census.py)
+        "waitsince",
+        "gopc",
+        "startpc",
     ),
-    "runtime.m": ("g0", "id", "procid", "curg", "p", "spinning", "oldp"),
+    "runtime.m": (
+        "g0", "id", "procid", "curg", "p", "spinning", "oldp",
+        # runtime lock waits not yet flushed into sched.totalRuntimeLockWaitTime (1.22+)
+        "alllink", "mLockProfile.waitTime",
+    ),
     "runtime.p": (
         "id",
         "status",
@@ -39,13 +47,44 @@ WANTED: dict[str, tuple[str, ...]] = {
         "m",
         "schedtick",
         "syscalltick",
+        "gFree.n",  # <= 1.24: gFree struct{gList; n int32}
+        "gFree.size",  # 1.25+: gFree gList{head; size}
     ),
-    "runtime.schedt": ("npidle", "nmspinning", "runqsize", "runq.size"),
+    "runtime.schedt": (
+        "npidle",
+        "nmspinning",
+        "runqsize",
+        "runq.size",
+        # the runtime's own counters (gmpmon/capture/runtime_counters.py)
+        "ngsys",
+        "gcwaiting",
+        "gFree.n",  # <= 1.24
+        "gFree.stack.size",  # 1.25+: gcount subtracts both lists' sizes
+        "gFree.noStack.size",
+        "timeToRun",
+        "timeToRun.underflow",
+        "timeToRun.overflow",  # 1.21+
+        "totalMutexWaitTime",  # 1.22+ (the rest of this block too)
+        "totalRuntimeLockWaitTime",
+        "stwStoppingTimeGC",
+        "stwStoppingTimeOther",
+        "stwTotalTimeGC",
+        "stwTotalTimeOther",
+    ),
 }
 
 # Fields that do not exist in every supported version; absence is not an error.
 OPTIONAL_FIELDS = frozenset(
     {"runtime.g.parentGoid", "runtime.schedt.runqsize", "runtime.schedt.runq.size"}
+    # Read by the runtime-counter and census readers, which say per feature what is missing.
+    | {
+        f"runtime.schedt.{f}"
+        for f in WANTED["runtime.schedt"]
+        if f not in ("npidle", "nmspinning", "runqsize", "runq.size")
+    }
+    | {"runtime.p.gFree.n", "runtime.p.gFree.size"}
+    | {"runtime.m.alllink", "runtime.m.mLockProfile.waitTime"}
+    | {"runtime.g.waitsince", "runtime.g.gopc", "runtime.g.startpc"}
 )
 
 # The global run queue length moved from schedt.runqsize (<=1.24) into schedt.runq.size

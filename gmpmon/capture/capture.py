@@ -22,6 +22,7 @@ from operator import itemgetter
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
 from gmpmon.capture.ringbuf import RingBufReader
+from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
 from gmpmon.errors import CaptureError
 from gmpmon.events import Batch, Counter, EventTuple, Kind
@@ -60,6 +61,7 @@ class Capture:
         period_ms: int = 1000,
         stop_on_exit: bool = True,
         defer_sampler: bool = False,
+        census_s: float = 1.0,
     ) -> None:
         if mode not in MODES:
             raise CaptureError(f"unknown mode {mode!r}")
@@ -76,6 +78,9 @@ class Capture:
         self.ring: RingBufReader | None = None
         self.sampler: Sampler | None = None
         self.sampler_error = ""
+        # The runtime's counters and the goroutine census, in every mode (no probe).
+        self.census_s = census_s
+        self.runtime: RuntimeSources | None = None
         self.target_exited = False
         self.exit_reason = ""  # "exited", or "exec'd another program"
         self._exe_id: tuple[int, int] | None = None  # (dev, ino) of the image we probe
@@ -126,6 +131,9 @@ class Capture:
         /proc/PID/mem opened earlier keeps pointing at the pre-exec address space."""
         if self._exe_id is None:
             self._exe_id = _exe_id(self.pid)
+        if self.runtime is None:
+            with contextlib.suppress(OSError):
+                self.runtime = RuntimeSources(self.info, self.pid, census_s=self.census_s)
         if self.mode == "full" or self.sampler is not None:
             return
         try:
@@ -164,6 +172,9 @@ class Capture:
         if self.sampler is not None:
             self.sampler.close()
             self.sampler = None
+        if self.runtime is not None:
+            self.runtime.close()
+            self.runtime = None
 
     def get_batch(self, timeout: float | None = None) -> Batch | None:
         """The next Batch; None at the end of the stream. Raises queue.Empty on timeout."""
@@ -216,6 +227,7 @@ class Capture:
                     if not self._alive():
                         self.target_exited = True
                 next_sample = t0 + SAMPLE_NS
+            self._poll_runtime(t0)
             if t0 >= next_counters:
                 self._read_counters(t0)
                 next_counters = t0 + COUNTER_NS
@@ -253,6 +265,7 @@ class Capture:
         self._read_ring()
         now = time.monotonic_ns()
         self._read_counters(now)
+        self._poll_runtime(now, final=True)
         self._release(None)
 
     def _hot_attach(self) -> None:
@@ -287,6 +300,13 @@ class Capture:
         if lost:
             self.stats.lost += lost
             ev.append((now, Kind.LOST, -1, 0, 0, lost, 0))
+
+    def _poll_runtime(self, now: int, final: bool = False) -> None:
+        if self.runtime is not None:
+            stacks: dict[int, tuple[str, ...]] = {}
+            self.runtime.poll(now, self._pending, stacks, final=final)
+            if stacks:  # census site names, ahead of the events that use them
+                self._q.put(Batch([], stacks))
 
     def _release(self, watermark: int | None) -> None:
         pend = self._pending

@@ -48,6 +48,11 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
         "--interval", type=float, default=1.0, metavar="S",
         help="headless: one line every S seconds (default: %(default)s)",
     )
+    p.add_argument(
+        "--census-interval", type=float, default=1.0, metavar="S",
+        help="walk all goroutines (the census) at most every S seconds; 0 = never "
+        "(default: %(default)s)",
+    )
     p.add_argument("--window-ms", type=int, default=200, help=argparse.SUPPRESS)
     p.add_argument("--period-ms", type=int, default=1000, help=argparse.SUPPRESS)
 
@@ -70,6 +75,8 @@ def check_capture_args(args: argparse.Namespace) -> None:
         raise UsageError("--duration must be positive")
     if args.interval <= 0:
         raise UsageError("--interval must be positive")
+    if args.census_interval < 0:
+        raise UsageError("--census-interval must be 0 (off) or positive")
     if not (0 < args.window_ms <= args.period_ms):
         raise UsageError("need 0 < --window-ms <= --period-ms")
     for path in (args.record, args.summary_json, args.folded):
@@ -88,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         info = load_pid(pid)
         session = LiveSession(
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
-            record=args.record,
+            record=args.record, census_s=args.census_interval,
         )
     with stop_signals() as stop:
         try:

@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         session = LiveSession(
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
             record=args.record, gomaxprocs=_gomaxprocs_for_child(), before_exec=True,
+            census_s=args.census_interval,
         )
         with stop_signals() as stop:
             try:

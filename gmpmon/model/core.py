@@ -46,6 +46,7 @@ from gmpmon.events import (
     LockKind,
 )
 from gmpmon.model import hist as h
+from gmpmon.model.runtime import RuntimePart
 from gmpmon.model.snapshot import (
     LOCK_KIND_NAMES,
     GoroutineView,
@@ -320,6 +321,8 @@ class Model:
 
         self._p_status_map = self._p_status_decoder(header.p_status)
 
+        # The runtime's own counters and the goroutine census (events 40-59).
+        self.runtime = RuntimePart(header.g_status, header.wait_reasons, self.stacks)
         handlers: list[Handler | None] = [None] * 256
         for kind, fn in (
             (Kind.EXECUTE, self._on_execute),
@@ -344,6 +347,7 @@ class Model:
             (Kind.COUNTER, self._on_counter),
             (Kind.LOST, self._on_lost),
             (Kind.WINDOW, self._on_window),
+            *self.runtime.handlers(),
         ):
             handlers[kind] = fn
         # Kinds only the hot (duty-cycled) probes emit. Between a WINDOW 0 and the next
@@ -1090,6 +1094,7 @@ class Model:
                 _lock_kind_name(k): (r[0], r[1]) for k, r in sorted(self._waits_by_kind.items())
             },
             wait_stacks=tuple(wait_stacks),
+            runtime=self.runtime.view(),
             illegal_transitions=self.illegal,
             unseen_wakes=self.unseen_wakes,
             window_ns=self.window_ns,

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gmpmon.model.runtime import RuntimeView
 
 
 class PState(IntEnum):
@@ -170,3 +174,6 @@ class Snapshot:
     # The mutex_* fields above are sync.Mutex only; the other kinds' stacks are here:
     waits_by_kind: dict[str, tuple[int, int]] = field(default_factory=dict)
     wait_stacks: tuple[MutexStack, ...] = ()  # RWMutex / semaphore waits, by wait_ns desc
+    # The runtime's own counters and the goroutine census (gmpmon.model.runtime); None when
+    # the capture had neither (older recordings).
+    runtime: RuntimeView | None = None

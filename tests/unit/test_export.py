@@ -184,7 +184,7 @@ def test_perfetto_is_trace_event_json_with_one_track_per_p(recording: Path) -> N
 
 def test_json_export_is_the_summary(recording: Path) -> None:
     doc = json.loads(export(recording, "json"))
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["target"] == {
         "pid": 777,
         "exe": "/srv/bank",

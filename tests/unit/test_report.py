@@ -32,6 +32,9 @@ SCHEMA_KEYS = {
     "waits_by_kind",
     "waits_top",
     "sources",
+    "block_sources",
+    "runtime",
+    "census",
 }
 
 

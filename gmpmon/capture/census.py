@@ -1,0 +1,247 @@
+"""The goroutine census: a walk of ``runtime.allgs`` in the target's memory, at <= 1 Hz.
+
+A goroutine profile without the target's help: every G's status and wait reason, how long it
+has waited (``g.waitsince``: the runtime sets it at the GC's first stack scan after the park,
+so only goroutines parked across a GC have one), and where it was created (``g.gopc``, the
+``go`` statement, and ``g.startpc``, its function; symbolized with the binary's pclntab).
+
+Bounded: at most ``max_goroutines`` visited and ``budget_s`` spent per walk; the G structs are
+read in chunks of nearby addresses (they come from the same size-class spans), a few preads
+for thousands of goroutines. A walk cut short says why (CENSUS_END flags) and keeps what it
+counted, also when the target exits mid-walk. System goroutines (start function in
+``runtime.``, as ``isSystemGoroutine`` decides) are counted apart, as NumGoroutine does.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+from gmpmon.binary.info import BinaryInfo
+from gmpmon.binary.table import GSCAN
+from gmpmon.capture.runtime_counters import global_addr
+from gmpmon.capture.targetmem import TargetMemory
+from gmpmon.events import (
+    CENSUS_SITE_BASE,
+    NO_P,
+    CensusCut,
+    EventTuple,
+    Kind,
+    RtFeature,
+)
+
+CHUNK = 64 * 1024
+MAX_SITES = 200
+G_DEAD = 6
+# isSystemGoroutine: runtime.* start functions, except these user-facing ones.
+_USER_RUNTIME = frozenset({"runtime.main", "runtime.corostart", "runtime.handleAsyncEvent"})
+
+Key = tuple[int, int, int]  # (status, wait reason, system)
+
+
+class Census:
+    """CENSUS_* events from one target's memory. ``walk()`` every second or so."""
+
+    def __init__(
+        self,
+        info: BinaryInfo,
+        mem: TargetMemory,
+        *,
+        max_goroutines: int = 1_000_000,
+        budget_s: float = 0.2,
+    ) -> None:
+        self.info = info
+        self.mem = mem
+        self.max_goroutines = max_goroutines
+        self.budget_s = budget_s
+        self.missing: dict[RtFeature, str] = {}
+        self.allgs = global_addr(info, "runtime.allgs")
+        if self.allgs is None:
+            self.missing[RtFeature.CENSUS] = "runtime.allgs not found (stripped binary)"
+        o = info.offsets
+        fields = {
+            "goid": ("Q", o["runtime.g.goid"]),
+            "status": ("I", o["runtime.g.atomicstatus"]),
+            "reason": ("B", o["runtime.g.waitreason"]),
+        }
+        for name, key, fmt in (
+            ("since", "runtime.g.waitsince", "q"),
+            ("gopc", "runtime.g.gopc", "Q"),
+            ("startpc", "runtime.g.startpc", "Q"),
+        ):
+            if key in o:
+                fields[name] = (fmt, o[key])
+        if "since" not in fields:
+            self.missing[RtFeature.CENSUS_WAIT] = "no g.waitsince offset"
+        if "gopc" not in fields or "startpc" not in fields:
+            self.missing[RtFeature.CENSUS_SITES] = "no g.gopc/startpc offsets"
+        order = sorted(fields.items(), key=lambda kv: kv[1][1])
+        fmt, pos = "<", order[0][1][1]
+        self.g_lo = pos
+        for _name, (code, off) in order:
+            fmt += f"{off - pos}x{code}" if off > pos else code
+            pos = off + struct.calcsize("<" + code)
+        self._g = struct.Struct(fmt)
+        self.g_span = pos - self.g_lo
+        self._names = [name for name, _ in order]
+        self.seq = 0
+        self._site_ids: dict[tuple[str, str], int] = {}
+        self._func_cache: dict[int, str] = {}
+        self.last_duration_s = 0.0
+        self._announced = False
+        self._walked = 0  # G structs read in this walk (dead ones included)
+        self._scanned = 0  # allgs entries done
+
+    def missing_events(self, now: int) -> list[EventTuple]:
+        return [(now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 0) for f in sorted(self.missing)]
+
+    def walk(self, out: list[EventTuple], stacks: dict[int, tuple[str, ...]]) -> None:
+        """Append one census (CENSUS_BEGIN ... CENSUS_END); new creation-site names go into
+        ``stacks``. Never raises for a target that exits mid-walk: the END says so."""
+        t0 = time.monotonic_ns()
+        if not self._announced:
+            out.extend(self.missing_events(t0))
+            self._announced = True
+        if self.allgs is None:
+            return
+        self.seq += 1
+        deadline = time.monotonic() + self.budget_s
+        counts: dict[Key, int] = {}
+        waits: dict[Key, list[int]] = {}  # [n, sum, max]
+        sites: dict[tuple[int, int], int] = {}
+        cut = 0
+        self._walked = 0
+        try:
+            ptr, n = struct.unpack("<QQ", self.mem.read(self.allgs, 16))
+        except OSError:
+            ptr, n, cut = 0, 0, CensusCut.TARGET_GONE
+        out.append((t0, Kind.CENSUS_BEGIN, NO_P, 0, 0, self.seq, n))
+        if n > self.max_goroutines:
+            cut |= CensusCut.LIMIT
+            n = self.max_goroutines
+        if not cut & CensusCut.TARGET_GONE:
+            try:
+                gps = self._pointers(ptr, n)
+                self._scan(gps, t0, deadline, counts, waits, sites)
+                if self._scanned < len(gps):
+                    cut |= CensusCut.TIME
+            except OSError:
+                cut |= CensusCut.TARGET_GONE
+        walked = self._walked
+        t1 = time.monotonic_ns()
+        self._emit(t1, counts, waits, sites, out, stacks)
+        out.append((t1, Kind.CENSUS_END, NO_P, 0, t1 - t0, walked, int(cut)))
+        self.last_duration_s = (t1 - t0) / 1e9
+
+    def _pointers(self, ptr: int, n: int) -> list[int]:
+        gps: list[int] = []
+        step = CHUNK // 8
+        for i in range(0, n, step):
+            k = min(step, n - i)
+            gps.extend(struct.unpack(f"<{k}Q", self.mem.read(ptr + 8 * i, 8 * k)))
+        return gps
+
+    def _scan(
+        self,
+        gps: list[int],
+        now: int,
+        deadline: float,
+        counts: dict[Key, int],
+        waits: dict[Key, list[int]],
+        sites: dict[tuple[int, int], int],
+    ) -> None:
+        unpack = self._g.unpack_from
+        names = self._names
+        i_status = names.index("status")
+        i_reason = names.index("reason")
+        i_since = names.index("since") if "since" in names else -1
+        i_gopc = names.index("gopc") if "gopc" in names else -1
+        i_start = names.index("startpc") if "startpc" in names else -1
+        lo, span = self.g_lo, self.g_span
+        order = sorted(range(len(gps)), key=gps.__getitem__)
+        self._scanned = 0
+        j = 0
+        system_of: dict[int, int] = {}
+        while j < len(order):
+            if time.monotonic() > deadline:
+                break
+            first = gps[order[j]]
+            k = j
+            while k + 1 < len(order) and gps[order[k + 1]] + lo + span - (first + lo) <= CHUNK:
+                k += 1
+            if not first:
+                j = k + 1
+                self._scanned = j
+                continue
+            buf = self.mem.read(first + lo, gps[order[k]] - first + span)
+            for idx in range(j, k + 1):
+                gp = gps[order[idx]]
+                if not gp:
+                    continue
+                row = unpack(buf, gp - first)
+                self._walked += 1
+                status = row[i_status] & ~GSCAN
+                if status == G_DEAD:
+                    continue
+                startpc = row[i_start] if i_start >= 0 else 0
+                system = system_of.get(startpc)
+                if system is None:
+                    name = self._func(startpc)
+                    system = int(name.startswith("runtime.") and name not in _USER_RUNTIME)
+                    system_of[startpc] = system
+                reason = row[i_reason] if status == 4 else 0
+                key = (status, reason, system)
+                counts[key] = counts.get(key, 0) + 1
+                if i_since >= 0 and row[i_since] > 0:
+                    w = max(now - row[i_since], 0)
+                    acc = waits.get(key)
+                    if acc is None:
+                        waits[key] = [1, w, w]
+                    else:
+                        acc[0] += 1
+                        acc[1] += w
+                        if w > acc[2]:
+                            acc[2] = w
+                if i_gopc >= 0 and not system:
+                    site = (row[i_gopc], startpc)
+                    sites[site] = sites.get(site, 0) + 1
+            j = k + 1
+            self._scanned = j
+
+    def _func(self, pc: int) -> str:
+        name = self._func_cache.get(pc)
+        if name is None:
+            found = self.info.functab.lookup(pc - self.info.load_bias) if pc else None
+            name = found or (f"[unknown {pc:#x}]" if pc else "?")
+            self._func_cache[pc] = name
+        return name
+
+    def _emit(
+        self,
+        ts: int,
+        counts: dict[Key, int],
+        waits: dict[Key, list[int]],
+        sites: dict[tuple[int, int], int],
+        out: list[EventTuple],
+        stacks: dict[int, tuple[str, ...]],
+    ) -> None:
+        for key in sorted(counts):
+            status, reason, system = key
+            a0 = status | reason << 16 | system << 32
+            out.append((ts, Kind.CENSUS_STATE, NO_P, 0, 0, a0, counts[key]))
+            acc = waits.get(key)
+            if acc is not None:
+                out.append((ts, Kind.CENSUS_WAIT, NO_P, acc[0], acc[1], a0, acc[2]))
+        by_name: dict[tuple[str, str], int] = {}
+        for (gopc, startpc), c in sites.items():
+            # gopc is the return address of the call in the go statement: stay inside it.
+            name = (self._func(gopc - 1) if gopc else "?", self._func(startpc))
+            by_name[name] = by_name.get(name, 0) + c
+        top = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_SITES]
+        for name, c in top:
+            sid = self._site_ids.get(name)
+            if sid is None:
+                sid = CENSUS_SITE_BASE + len(self._site_ids) + 1
+                self._site_ids[name] = sid
+                stacks[sid] = name
+            out.append((ts, Kind.CENSUS_SITE, NO_P, 0, 0, sid, c))
