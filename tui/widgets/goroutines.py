@@ -13,6 +13,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
 from gmpmon.model.snapshot import GoroutineView, Snapshot
+from gmpmon.tui.census import census_text
 from gmpmon.tui.render import GSTATE_WORD, fmt_count, fmt_ns
 
 SortKey = Callable[[GoroutineView, int], tuple[object, ...]]
@@ -47,6 +48,7 @@ class GoroutinesView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="g-summary")
+        yield Static(id="g-census")  # the runtime's own counters and the census
         table: DataTable[str | Text] = DataTable(id="g-table", cursor_type="row",
                                                  zebra_stripes=True)
         yield table
@@ -87,6 +89,7 @@ class GoroutinesView(Vertical):
         summary.append(f"   sorted by {label} {'↓' if self.sort_reverse else '↑'} (s / click)",
                        style="dim")
         self.query_one("#g-summary", Static).update(summary)
+        self.query_one("#g-census", Static).update(census_text(snap.runtime))
 
         if self._table_now is not None and abs(snap.now - self._table_now) < TABLE_EVERY_NS:
             return
