@@ -89,7 +89,10 @@ class GoroutinesView(Vertical):
         summary.append(f"   sorted by {label} {'↓' if self.sort_reverse else '↑'} (s / click)",
                        style="dim")
         self.query_one("#g-summary", Static).update(summary)
-        self.query_one("#g-census", Static).update(census_text(snap.runtime))
+        census = self.query_one("#g-census", Static)
+        census.display = snap.runtime is not None
+        if snap.runtime is not None:
+            census.update(census_text(snap.runtime))
 
         if self._table_now is not None and abs(snap.now - self._table_now) < TABLE_EVERY_NS:
             return
