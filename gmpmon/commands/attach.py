@@ -109,9 +109,21 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if stop.why:
                 say(f"gmpmon: {stop.why}; detaching and writing what was captured")
+            recording = session.recording_path() or args.record  # or `r` in the TUI
             session.close()
     finish_outputs(session, args)
+    say_recorded(recording)
     return thread_failure(session)
+
+
+def say_recorded(path: str | None) -> None:
+    """One line once a recording is complete: where it is and how to open it."""
+    if path:
+        try:
+            size = f" ({os.path.getsize(path):,} bytes)"
+        except OSError:
+            size = ""
+        say(f"gmpmon: wrote recording {path}{size}; open it with: gmpmon replay {path}")
 
 
 def watch(session: LiveSession, args: argparse.Namespace, stop: StopEvent) -> None:

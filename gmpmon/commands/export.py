@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -23,6 +24,7 @@ examples:
   gmpmon export s.gmp --format folded --what latency --weight count -o lat.folded
   gmpmon export s.gmp --format pprof -o mutex.pb.gz && go tool pprof -top mutex.pb.gz
   gmpmon export s.gmp --format perfetto -o trace.json
+  gmpmon export s.gmp --format json -o - | jq .sched_latency_ns.p99
 """
 
 
@@ -36,7 +38,8 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("file", metavar="FILE", help="a recording written by --record")
     p.add_argument("--format", "-f", required=True, choices=FORMATS)
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write (0600)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="file to write (0600), or - for standard output")
     p.add_argument(
         "--weight",
         choices=("wait", "count"),
@@ -59,12 +62,23 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format != "folded" and (args.what != "mutex" or args.weight != "wait"):
         raise UsageError("--what and --weight apply to --format folded only")
-    check_output_path(args.output)
+    to_stdout = args.output == "-"
+    if not to_stdout:
+        check_output_path(args.output)
     rec = read_recording(args.file)
     exporter = make_exporter(args.format, rec.header, what=args.what, weight=args.weight)
     export_recording(rec, exporter)
     note = stop_note(rec)
     if note:
         print(f"gmpmon: {note}", file=sys.stderr)
-    exporter.write(args.output)
+    if to_stdout:
+        data = exporter.render()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        where, size = "standard output", len(data)
+    else:
+        exporter.write(args.output)
+        where, size = args.output, os.path.getsize(args.output)
+    # On stderr, so that `-o -` keeps standard output for the data alone.
+    print(f"gmpmon: wrote {args.format} to {where} ({size:,} bytes)", file=sys.stderr)
     return 0

@@ -22,6 +22,7 @@ from gmpmon.commands.attach import (
     check_capture_args,
     finish_outputs,
     say,
+    say_recorded,
     stop_signals,
     thread_failure,
     watch,
@@ -126,8 +127,10 @@ def run(args: argparse.Namespace) -> int:
                 finally:
                     forward.done.set()
             finally:
+                recording = session.recording_path() or args.record
                 session.close()
         finish_outputs(session, args)
+        say_recorded(recording)
         failed = thread_failure(session)
     finally:
         if not released:

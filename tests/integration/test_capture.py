@@ -98,6 +98,8 @@ def test_fanout_is_stolen_from_mains_p(tmp_path: Path, go: str, build_mode: str)
         options=("--record", str(rec)),
     )
     assert "done" in p.stdout
+    # headless --record says where the complete recording is (#17)
+    assert f"gmpmon: wrote recording {rec} ({rec.stat().st_size:,} bytes)" in p.stderr
     steals = s["steals"]
     assert steals["count"] > 0 and steals["goroutines"] > 0
     assert steals["attempts"] >= steals["count"]

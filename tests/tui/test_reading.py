@@ -16,7 +16,7 @@ from gmpmon.tui.render import LEGEND, cell_glyph, fmt_count
 from gmpmon.tui.widgets.procs import CELL_CHOICES_NS, ProcTable
 from gmpmon.tui.widgets.sched import SchedView
 from gmpmon.tui.widgets.status import StatusHeader
-from tests.tui.screen import screen_text
+from tests.tui.screen import proc_rows, screen_text
 from tests.tui.sources import ListSource
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -192,7 +192,7 @@ async def test_replay_has_one_clock_keeps_last_states_and_answers_every_key() ->
     async with app.run_test(size=(120, 24)) as pilot:
         header = str(app.query_one(StatusHeader).render())
         assert "replay " in header and " up " not in f" {header}"
-        rows = [ln for ln in screen_text(app).splitlines() if re.match(r"^ +\d+ [a-z]", ln)]
+        rows = proc_rows(screen_text(app))
         assert rows and all(re.match(r"^ +\d+ (idle|running|spinning|syscall)\?", r)
                             for r in rows), rows
         await pilot.press("r")
@@ -242,3 +242,26 @@ async def test_footer_says_resume_while_paused(live_source: ListSource) -> None:
         await pilot.pause()
         assert active_bindings(app).get("p") == "Pause"
         assert app.query_one(TabbedContent).active == "procs"
+
+
+# issue 13: busy Ps first, a key toggles the order
+async def test_o_toggles_busy_first_and_id_order_with_64_ps() -> None:
+    app = make_app(replay("wide64", 0.7))
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = app.query_one(ProcTable)
+
+        def ids() -> list[int]:
+            return [int(ln.split()[0]) for ln in proc_rows(screen_text(app))]
+
+        snap = table.snapshot
+        assert snap is not None and len(snap.procs) == 64
+        busy = ids()
+        assert busy != sorted(busy)  # the busiest first, not by id
+        assert set(table.collapsed).isdisjoint(busy)
+        assert len(busy) + len(table.collapsed) == 64
+        await pilot.press("o")
+        await pilot.pause()
+        assert ids() == sorted(ids()) and set(ids()) == set(busy)
+        await pilot.press("o")
+        await pilot.pause()
+        assert ids() == busy

@@ -18,7 +18,7 @@ from textual.pilot import Pilot
 
 from gmpmon.replay import ReplaySource
 from gmpmon.tui.app import make_app
-from tests.tui.screen import screen_text
+from tests.tui.screen import proc_rows, screen_text
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -44,8 +44,7 @@ def facts(keys: list[str], check: Callable[[str], None]) -> Callable[[Pilot[Any]
     return run
 
 
-def _procs_rows(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if re.match(r"^ +\d+ [a-z]", ln)]
+_procs_rows = proc_rows
 
 
 FACTS: dict[str, Callable[[str], None]] = {
@@ -106,6 +105,20 @@ def test_procs_wide_shows_m_and_busy_columns(snap_compare: Any) -> None:
 
 def test_sched_wide_uses_two_columns(snap_compare: Any) -> None:
     assert snap_compare(make_app(replay("fanout", 1.0)), press=["2"], terminal_size=(160, 40))
+
+
+def test_64_ps_busy_first_idle_folded_heat_strip(snap_compare: Any) -> None:
+    """Issue #13: with 64 Ps the busy ones come first, the idle ones take one line."""
+
+    def check(t: str) -> None:
+        assert re.search(r"busy by P 0-63: \S{64}", t), t
+        rows = _procs_rows(t)
+        fold = re.search(r"(\d+) idle Ps, no run in the last", t)
+        assert fold and int(fold.group(1)) + len(rows) == 64, t
+        assert len(rows) < 20  # the rows fit a 30-line terminal
+
+    assert snap_compare(make_app(replay("wide64", 0.7)), terminal_size=(100, 30),
+                        run_before=facts([], check))
 
 
 def test_help(snap_compare: Any) -> None:

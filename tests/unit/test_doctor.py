@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from gmpmon.doctor import (
     CAP_BPF,
     CAP_PERFMON,
@@ -55,3 +59,17 @@ def test_only_required_failures_block_attach() -> None:
     assert Check("BCC", Status.FAIL, "missing", "apt-get install python3-bpfcc").blocks_attach
     assert not Check("BTF", Status.WARN, "missing", "x", required=False).blocks_attach
     assert not Check("BCC", Status.OK, "bcc 0.26").blocks_attach
+
+
+def test_a_check_that_needs_no_fix_prints_no_fix(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    """tracefs unmounted with the perf uprobe PMU present: nothing to do, so no fix line."""
+    from gmpmon import doctor
+
+    pmu = tmp_path / "type"
+    pmu.write_text("7\n")
+    monkeypatch.setattr(doctor, "UPROBE_PMU", pmu)
+    monkeypatch.setattr(doctor, "tracefs_mounts", lambda _text: [])
+    c = doctor.check_tracefs()
+    assert c.fix is None and "not needed" in c.detail
+    assert c.status is doctor.Status.OK

@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,9 @@ def test_export_command(
     assert main(["export", str(recording), "--format", "folded", "-o", str(out)]) == 0
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
     assert out.read_text().count("\n") == 3
+    # success says so, with the file and its size (#17)
+    said = capsys.readouterr().err
+    assert said == f"gmpmon: wrote folded to {out} ({out.stat().st_size:,} bytes)\n"
     # bad output path is checked before any work; bad input is one line
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "elsewhere")
@@ -226,6 +230,16 @@ def test_export_command(
         )
         == 2
     )
+
+
+def test_export_to_stdout_writes_no_file_named_dash(recording: Path, tmp_path: Path) -> None:
+    got = subprocess.run([sys.executable, "-m", "gmpmon", "export", str(recording), "-f", "json",
+                          "-o", "-"], capture_output=True, cwd=tmp_path, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert not (tmp_path / "-").exists()
+    assert json.loads(got.stdout)["schema_version"] >= 1
+    assert got.stderr.decode() == (
+        f"gmpmon: wrote json to standard output ({len(got.stdout):,} bytes)\n")
 
 
 def test_export_of_truncated_recording_says_where(
