@@ -1,13 +1,22 @@
-"""The one place that imports BCC. Debian's python3-bpfcc lives outside any venv."""
+"""The one place that imports BCC, and what both capture and doctor need around it: the
+bpf() syscall number, the uprobe PMU, where BCC finds kernel headers and how its compiler's
+C++ output is caught. Debian's python3-bpfcc lives outside any venv."""
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
 
 from gmpmon.errors import KernelSupportError
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
+SYS_BPF = 321  # x86_64
+UPROBE_PMU = Path("/sys/bus/event_source/devices/uprobe")  # the perf PMU of uprobes
 
 
 def import_bcc() -> ModuleType:
@@ -24,3 +33,56 @@ def import_bcc() -> ModuleType:
             ) from e
     module: ModuleType = bcc  # typed here: mypy sees the untyped bcc as Any
     return module
+
+
+def header_dir() -> tuple[str, str]:
+    """The kernel header tree BCC will compile against, and where that choice came from."""
+    env = os.environ.get("BCC_KERNEL_SOURCE")
+    if env:
+        return env, "BCC_KERNEL_SOURCE"
+    return f"/lib/modules/{os.uname().release}/build", "default"
+
+
+def headers_present(hdr: str, origin: str) -> bool:
+    """Where BCC looks for kernel headers (its KERNEL_SOURCE env, /lib/modules/R/build or
+    source, else the kernel's own kheaders archive)."""
+    if os.path.isdir(os.path.join(hdr, "include")):
+        return True
+    if origin == "BCC_KERNEL_SOURCE":
+        return False
+    release = os.uname().release
+    return os.path.isdir(f"/lib/modules/{release}/source/include") or os.path.exists(
+        "/sys/kernel/kheaders.tar.xz"
+    )
+
+
+@contextmanager
+def captured_output() -> Iterator[list[str]]:
+    """BCC's compiler writes diagnostics to fd 2 and its header hints to fd 1 (C++ streams,
+    not Python's): catch both so that one line can be printed instead."""
+    lines: list[str] = []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile(mode="w+") as tmp:
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            yield lines
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            tmp.seek(0)
+            lines.extend(tmp.read().splitlines())
+
+
+def first_compile_error(stderr_lines: list[str]) -> str | None:
+    """The line of BCC's output that says why a compile failed, if any."""
+    for line in stderr_lines:
+        if line.startswith("Unable to find kernel headers"):
+            return "BCC found no kernel headers"
+        if "error:" in line:
+            return line.split("error:", 1)[1].strip()
+    return None

@@ -17,21 +17,24 @@ import glob
 import os
 import re
 import shutil
-import sys
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from gmpmon._bcc import (
+    SYS_BPF,
+    UPROBE_PMU,
+    captured_output,
+    first_compile_error,
+    header_dir,
+)
+
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
 CAP_BPF = 39
-SYS_BPF = 321  # x86_64
 BPF_MAP_CREATE = 0
 BPF_MAP_TYPE_ARRAY = 2
-UPROBE_PMU = Path("/sys/bus/event_source/devices/uprobe/type")
 
 # The fix for anything about kernel headers: scripts/setup installs Debian's headers and,
 # when the running kernel has none, links the newest Debian header tree in its place.
@@ -162,7 +165,7 @@ def check_tracefs() -> Check:
     where = tracefs_mounts(Path("/proc/mounts").read_text())
     if where:
         return _ok(name, f"mounted at {where[0]}")
-    if UPROBE_PMU.exists():
+    if (UPROBE_PMU / "type").exists():
         # Nothing to fix: a warning with a fix line would tell the user to do something.
         return _ok(name, "not mounted (not needed: the perf uprobe PMU is used)",
                    required=False)
@@ -171,8 +174,8 @@ def check_tracefs() -> Check:
 
 def check_uprobes() -> Check:
     name = "uprobe events"
-    if UPROBE_PMU.exists():
-        return _ok(name, f"perf uprobe PMU ({UPROBE_PMU.parent})")
+    if (UPROBE_PMU / "type").exists():
+        return _ok(name, f"perf uprobe PMU ({UPROBE_PMU})")
     for events in ("/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"):
         if os.path.exists(events):
             return _ok(name, events)
@@ -196,14 +199,6 @@ def check_btf() -> Check:
 # --- BCC and kernel headers -------------------------------------------------------------
 
 
-def header_dir() -> tuple[str, str]:
-    """The kernel header tree BCC will compile against, and where that choice came from."""
-    env = os.environ.get("BCC_KERNEL_SOURCE")
-    if env:
-        return env, "BCC_KERNEL_SOURCE"
-    return f"/lib/modules/{os.uname().release}/build", "default"
-
-
 def check_bcc() -> Check:
     name = "BCC"
     from gmpmon._bcc import import_bcc
@@ -217,38 +212,6 @@ def check_bcc() -> Check:
     return _ok(name, f"bcc {getattr(bcc, '__version__', '?')} from {where}")
 
 
-@contextmanager
-def _captured_output() -> Iterator[list[str]]:
-    """BCC's compiler writes diagnostics to fd 2 and its header hints to fd 1 (C++ streams,
-    not Python's): catch both so doctor can print one line instead."""
-    lines: list[str] = []
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with tempfile.TemporaryFile(mode="w+") as tmp:
-        saved = [os.dup(1), os.dup(2)]
-        try:
-            os.dup2(tmp.fileno(), 1)
-            os.dup2(tmp.fileno(), 2)
-            yield lines
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-            tmp.seek(0)
-            lines.extend(tmp.read().splitlines())
-
-
-def first_compile_error(stderr_lines: list[str]) -> str | None:
-    """The line of BCC's output that says why a compile failed, if any."""
-    for line in stderr_lines:
-        if line.startswith("Unable to find kernel headers"):
-            return "BCC found no kernel headers"
-        if "error:" in line:
-            return line.split("error:", 1)[1].strip()
-    return None
-
-
 def _compile_and_load(text: str) -> str | None:
     """None if `text` compiles and its gm_doctor function loads as a kprobe-type program."""
     from gmpmon._bcc import import_bcc
@@ -257,7 +220,7 @@ def _compile_and_load(text: str) -> str | None:
         bcc = import_bcc()
     except Exception as e:
         return f"BCC not importable ({e})"
-    with _captured_output() as errs:
+    with captured_output() as errs:
         try:
             b = bcc.BPF(text=text.encode())
             try:

@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 
 from gmpmon.errors import RecordingError
 from gmpmon.events import Batch, EventTuple, Header
-from gmpmon.export.outfile import open_private
+from gmpmon.files import open_private
 
 MAGIC = b"GMPMONRC"
 VERSION = 1

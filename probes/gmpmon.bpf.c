@@ -39,7 +39,7 @@
 
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 BPF_PERCPU_ARRAY(lost, u64, 1);
-/* Probe hit counts per probe id (gmpmon/capture/bpfprog.py: PROBES order): overhead
+/* Probe hit counts per handler id (gmpmon/probetable.py: Probe.hid): overhead
  * accounting for the benchmark (hits x emulated-hit cost = the floor). */
 BPF_PERCPU_ARRAY(hits, u64, 32);
 /* Generic aggregate: key = GM_COUNTER_KEY(table, p, key), value = running total. */
@@ -606,7 +606,8 @@ static __always_inline int on_sema_exit(struct pt_regs *ctx)
  * one for the hot ones: attaching a link is one syscall, and closing it unregisters all its
  * uprobes with a single RCU-tasks-trace wait (~30 ms here), where closing one perf-event
  * uprobe after another costs ~300 ms each: what makes default mode's duty cycle possible.
- * Handler ids (H_*) come from gmpmon/capture/bpfprog.py:HANDLERS as -D flags. */
+ * Handler ids (H_*) come from the probe table (gmpmon/probetable.py) as -D flags: a new
+ * probe is a row there, its on_<handler> here, a case below and a GM_PROBE line. */
 #if !GM_PERF_FALLBACK
 int gmpmon_probe(struct pt_regs *ctx)
 {

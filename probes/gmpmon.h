@@ -17,7 +17,8 @@ struct gm_event {
     u64 a1;
 };
 
-/* gmpmon.events.Kind — keep in step with events.py. */
+/* gmpmon.events.Kind (its 1-31 "probe" range) — tests/unit/test_probetable.py checks these
+ * against events.py and the kinds each handler emits against gmpmon/probetable.py. */
 #define GM_EXECUTE        1
 #define GM_SCHED          2
 #define GM_PARK           3
@@ -43,6 +44,7 @@ struct gm_event {
 #define GM_C_STEAL_GS       4
 #define GM_C_PARK_COUNT     5
 #define GM_C_PARK_WAIT_NS   6
+#define GM_C_PROBE_HITS     7   /* filled by user space from the `hits` array */
 
 /* gmpmon.events.LockKind */
 #define GM_LOCK_MUTEX 1

@@ -39,6 +39,9 @@ class ProbeSite:
     entry_insn: str  # e.g. "push rbp"
     rets: tuple[int, ...] = ()
     call_results: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # callee name -> the CALL instructions to it inside this function (emulated; the
+    # arguments of the call are in registers there: newproc.func1's CALL runqput).
+    call_sites: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # RSP at entry_site minus RSP at the function's entry: 0 at `push rbp` / the check's jbe;
     # negative when the site lies past `sub rsp` (Go 1.19 prologues). The return address is
     # at [RSP - entry_sp_delta] there.

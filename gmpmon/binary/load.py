@@ -167,6 +167,11 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
                 resolved[role.name] = (sym, *r)
                 break
     callee_entries = {name: r[1] for name, r in resolved.items()}
+    for role in probes.ROLES:  # callees of call / call-result sites need not be roles
+        for callee in (*role.calls, *role.call_sites):
+            r = funcs.resolve(callee) if callee not in callee_entries else None
+            if r is not None:
+                callee_entries[callee] = r[0]
     for role in (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES):
         if role.name not in resolved:
             if role in probes.REQUIRED_ROLES:

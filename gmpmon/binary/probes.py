@@ -20,76 +20,13 @@ from typing import Any
 import capstone
 
 from gmpmon.binary.info import ProbeSite
+from gmpmon.probetable import ROLES, Role
 
-# Registers (64-bit family names) each role's probe reads at entry. R14 (g) is always kept.
-_ARGS = ("rax", "rbx", "rcx", "rdi", "rsi", "r8", "r9", "r10", "r11")
-
-
-@dataclass(frozen=True, slots=True)
-class Role:
-    name: str  # canonical role name (what capture asks for)
-    symbols: tuple[str, ...]  # symbol names to try, in order
-    reads: tuple[str, ...]  # registers read at the entry site
-    rets: bool = False  # RET sites wanted
-    calls: tuple[str, ...] = ()  # callees whose result is wanted right after the call
-
-
-REQUIRED_ROLES: tuple[Role, ...] = (
-    Role("runtime.execute", ("runtime.execute",), ("rax", "rbx")),
-    Role("runtime.findRunnable", ("runtime.findRunnable",), (), rets=True),
-    Role("runtime.gopark", ("runtime.gopark",), _ARGS[:5]),
-    Role("runtime.ready", ("runtime.ready",), ("rax", "rbx", "rcx")),
-    Role("runtime.newproc1", ("runtime.newproc1",), _ARGS[:5], rets=True),
-    Role("runtime.goexit0", ("runtime.goexit0",), ("rax",)),
-    Role("runtime.entersyscall", ("runtime.entersyscall",), ()),
-    Role("runtime.exitsyscall", ("runtime.exitsyscall",), ()),
-    Role("runtime.entersyscallblock", ("runtime.entersyscallblock",), ()),
-    Role("runtime.handoffp", ("runtime.handoffp",), ("rax",)),
-    Role(
-        "runtime.runqsteal",
-        ("runtime.runqsteal",),
-        ("rax", "rbx", "rcx"),
-        rets=True,
-        calls=("runtime.runqgrab",),
-    ),
-    Role("runtime.runqgrab", ("runtime.runqgrab",), ("rax", "rbx", "rcx", "rdi"), rets=True),
-    Role("runtime.stopTheWorldWithSema", ("runtime.stopTheWorldWithSema",), ("rax",), rets=True),
-    Role("runtime.startTheWorldWithSema", ("runtime.startTheWorldWithSema",), _ARGS[:5]),
-    Role("runtime.preemptone", ("runtime.preemptone",), ("rax",)),
-    Role("runtime.goschedImpl", ("runtime.goschedImpl",), ("rax", "rbx")),
-    Role("runtime.runqput", ("runtime.runqput",), ("rax", "rbx", "rcx")),
-)
-
-# Optional roles: absent -> the feature named in OPTIONAL_FEATURE is disabled, with the reason.
-OPTIONAL_ROLES: tuple[Role, ...] = (
-    Role("runtime.gopreempt_m", ("runtime.gopreempt_m",), ("rax",)),
-    Role("runtime.gdestroy", ("runtime.gdestroy",), ("rax",)),
-    Role("runtime.semacquire1", ("runtime.semacquire1",), _ARGS[:5], rets=True),
-    Role(
-        "mutex.lockSlow",
-        ("internal/sync.(*Mutex).lockSlow", "sync.(*Mutex).lockSlow"),
-        ("rax",),
-        rets=True,
-    ),
-    # Assembly (ABI0), entered by a call the SIGURG handler injects: every register holds
-    # the interrupted user state, so only its very first instruction is safe.
-    Role("runtime.asyncPreempt", ("runtime.asyncPreempt", "runtime.asyncPreempt.abi0"), ("*",)),
-    Role("runtime.newproc.func1", ("runtime.newproc.func1",), ("rdx",)),
-    # pidleput(pp *p) (1.19) / pidleput(pp *p, now int64) int64 (1.20+): RAX = pp.
-    Role("runtime.pidleput", ("runtime.pidleput",), ("rax",)),
-)
-
-OPTIONAL_WHY: dict[str, str] = {
-    "runtime.gopreempt_m": "no symbol (inlined since Go 1.26): preemptions are seen at "
-    "runtime.goschedImpl with preempted=1 instead",
-    "runtime.gdestroy": "no symbol (Go < 1.22): goroutine exits are seen at runtime.goexit0",
-    "runtime.semacquire1": "no symbol: semaphore wait reasons are not traced",
-    "mutex.lockSlow": "no sync.Mutex slow path in this binary: mutex contention is not traced",
-    "runtime.asyncPreempt": "no symbol: signal-based preemptions are not traced",
-    "runtime.newproc.func1": "no symbol: runqput from newproc is not told apart",
-    "runtime.pidleput": "no symbol: a P that goes idle shows as spinning until its next "
-    "event (or a sample)",
-}
+# The roles (runtime functions) come from the one probe table.
+REQUIRED_ROLES: tuple[Role, ...] = tuple(r for r in ROLES if r.required)
+# Optional roles: absent -> what OPTIONAL_WHY says is disabled.
+OPTIONAL_ROLES: tuple[Role, ...] = tuple(r for r in ROLES if not r.required)
+OPTIONAL_WHY: dict[str, str] = {r.name: r.why for r in OPTIONAL_ROLES}
 
 _REG_FAMILY: dict[str, str] = {}
 for _fam, _subs in {
@@ -286,6 +223,12 @@ def make_site(
     for callee in role.calls:
         if callee in resolve:
             calls[callee] = find_call_results(code, entry, lite, resolve[callee])
+    call_sites: dict[str, tuple[int, ...]] = {}
+    for callee in role.call_sites:
+        if callee in resolve:
+            call_sites[callee] = tuple(
+                i[0] for i in lite if i[2] == "call" and lite_target(i) == resolve[callee]
+            )
     return ProbeSite(
         function=role.name,
         symbol=symbol,
@@ -295,6 +238,7 @@ def make_site(
         entry_insn=site.insn,
         rets=rets,
         call_results=calls,
+        call_sites=call_sites,
         entry_sp_delta=site.sp_delta,
         entry_emulated=site.emulated,
     )

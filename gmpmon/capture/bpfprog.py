@@ -14,11 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gmpmon._bcc import import_bcc
-from gmpmon.binary.info import BinaryInfo
-from gmpmon.capture.sites import BinaryText, Site, call_result_site, call_sites, func_range
-from gmpmon.capture.sites import probe_site as find_probe_site
-from gmpmon.doctor import _captured_output
+from gmpmon._bcc import (
+    SYS_BPF,
+    UPROBE_PMU,
+    captured_output,
+    first_compile_error,
+    header_dir,
+    headers_present,
+    import_bcc,
+)
+from gmpmon.binary.info import BinaryInfo, ProbeSite
+from gmpmon.capture.sites import BinaryText, Site
 from gmpmon.errors import (
     CaptureError,
     GmpmonError,
@@ -27,69 +33,14 @@ from gmpmon.errors import (
     PermissionDenied,
     UnsupportedError,
 )
+from gmpmon.probetable import CALL, CALL_RESULT, ENTRY, HANDLERS, LAST_CALL, PROBES, RETS, Probe
 
 _libc = ct.CDLL(None, use_errno=True)
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probes"
 RINGBUF_PAGES = 4096  # 16 MiB: ~300k records, ~300 ms of the hottest target at full rate
 
-# Handler ids: the attach cookie of each site (uprobe_multi), the H_* -D flags, the index
-# into the BPF `hits` array and the Counter.PROBE_HITS keys. Named after the BPF functions.
-HANDLERS: tuple[str, ...] = (
-    "execute",
-    "findrunnable",
-    "gopark",
-    "ready",
-    "gocreate",
-    "newproc1_ret",
-    "goexit",
-    "sysenter",
-    "sysexit",
-    "gosched",
-    "steal_try",
-    "steal_got",
-    "handoffp",
-    "sysenterblk",
-    "preemptone",
-    "gopreempt",
-    "stw_stop",
-    "stw_start",
-    "lock_enter",
-    "lock_exit",
-    "pidleput",  # appended: PROBE_HITS keys of older recordings keep their meaning
-    "sema_enter",
-    "sema_exit",
-)
-
 BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48
-SYS_BPF = 321  # x86_64
-
-# (BPF function, runtime function candidates in preference order, hot?, feature)
-_ENTRY_PROBES: tuple[tuple[str, tuple[str, ...], bool, str], ...] = (
-    ("gmpmon_execute", ("runtime.execute",), True, "timeline"),
-    ("gmpmon_findrunnable", ("runtime.findRunnable", "runtime.findrunnable"), True, "timeline"),
-    ("gmpmon_gopark", ("runtime.gopark",), True, "park"),
-    ("gmpmon_ready", ("runtime.ready",), True, "park"),
-    ("gmpmon_goexit", ("runtime.gdestroy", "runtime.goexit0"), True, "goroutines"),
-    ("gmpmon_sysenter", ("runtime.entersyscall",), True, "syscall"),
-    ("gmpmon_sysexit", ("runtime.exitsyscall",), True, "syscall"),
-    ("gmpmon_steal_try", ("runtime.runqsteal",), True, "steal"),
-    ("gmpmon_pidleput", ("runtime.pidleput",), True, "idle"),
-    ("gmpmon_handoffp", ("runtime.handoffp",), False, "syscall"),
-    ("gmpmon_sysenterblk", ("runtime.entersyscallblock",), False, "syscall"),
-    ("gmpmon_preemptone", ("runtime.preemptone",), False, "preempt"),
-    ("gmpmon_stw_stop", ("runtime.stopTheWorldWithSema",), False, "stw"),
-    ("gmpmon_stw_start", ("runtime.startTheWorldWithSema",), False, "stw"),
-    (
-        "gmpmon_lock_enter",
-        ("mutex.lockSlow", "internal/sync.(*Mutex).lockSlow", "sync.(*Mutex).lockSlow"),
-        False,
-        "mutex",
-    ),
-    # Hot, though RET-probed: net/http makes hundreds of semaphore waits a second (fd locks,
-    # WaitGroups), which `sample` mode must not pay ~25 µs each for.
-    ("gmpmon_sema_enter", ("runtime.semacquire1",), True, "waits"),
-)
 
 
 @dataclass
@@ -99,79 +50,51 @@ class ProbePlan:
     hot: list[Site] = field(default_factory=list)
     cold: list[Site] = field(default_factory=list)
     features: list[str] = field(default_factory=list)
-    missing: dict[str, str] = field(default_factory=dict)
-    lock_ra_off: int = 0  # return address of lockSlow at [RSP + this] at its probe site
-    sema_ra_off: int = 0  # the same for semacquire1
+    missing: dict[str, str] = field(default_factory=dict)  # handler -> why
+    defines: dict[str, int] = field(default_factory=dict)  # Probe.ra_define -> RA offset
+
+
+def _sites(probe: Probe, ps: ProbeSite) -> tuple[int, ...]:
+    if probe.site == ENTRY:
+        return (ps.entry_site,)
+    if probe.site == RETS:
+        return ps.rets
+    if probe.site == CALL_RESULT:
+        return ps.call_results.get(probe.callee, ())
+    if probe.site == CALL:
+        return ps.call_sites.get(probe.callee, ())
+    if probe.site == LAST_CALL:
+        return ps.call_sites.get(probe.callee, ())[-1:] or (ps.entry_site,)
+    raise ValueError(f"unknown site rule {probe.site!r}")
 
 
 def plan_probes(info: BinaryInfo) -> ProbePlan:
-    """Resolve every probe of gmpmon.bpf.c to an address in this binary."""
-    text = BinaryText(info.path)
+    """Place every row of the probe table that applies to this binary's Go version on the
+    sites BinaryInfo computed (the one register-aware site rule, gmpmon/binary/probes.py)."""
     plan = ProbePlan()
     feats: set[str] = set()
-
-    def add(site: Site, feature: str) -> None:
-        (plan.hot if site.hot else plan.cold).append(site)
-        feats.add(feature)
-
-    for fn, names, hot, feature in _ENTRY_PROBES:
-        ps = find_probe_site(info, text, *names)
-        if ps is None:
-            plan.missing[fn] = f"{names[0]} not found"
+    placed: set[str] = set()
+    for probe in PROBES:
+        if not probe.applies(info.go_minor):
             continue
-        at = ps.entry_site
-        if fn == "gmpmon_stw_start":
-            # The world counts as stopped until startTheWorldWithSema has handed the Ps back:
-            # the runtime takes its pause's end there (stwTotalTime*, MemStats, the trace's
-            # STWDone), just before the one `call wakep`. Its entry is ~200 µs early.
-            wakep = func_range(info, "runtime.wakep")
-            restarted = call_sites(text, ps.entry, ps.size, wakep[0]) if wakep else ()
-            at = restarted[-1] if restarted else at
-        add(Site(fn, at, ps.symbol, hot), feature)
-        if fn == "gmpmon_lock_enter":
-            plan.lock_ra_off = -ps.entry_sp_delta
-            for ret in ps.rets:
-                add(Site("gmpmon_lock_exit", ret, ps.symbol, False), feature)
-        if fn == "gmpmon_sema_enter":
-            plan.sema_ra_off = -ps.entry_sp_delta
-            for ret in ps.rets:
-                add(Site("gmpmon_sema_exit", ret, ps.symbol, True), feature)
-        if fn == "gmpmon_steal_try":
-            got = list(ps.call_results.get("runtime.runqgrab", ()))
-            if not got:
-                grab = func_range(info, "runtime.runqgrab")
-                site = call_result_site(text, ps.entry, ps.size, grab[0]) if grab else None
-                got = [site] if site else []
-            if got:
-                for a in got:
-                    add(Site("gmpmon_steal_got", a, ps.symbol, True), feature)
-            else:
-                plan.missing["gmpmon_steal_got"] = "no runqgrab result site in runqsteal"
-
-    # Preemption: goschedImpl(gp, preempted bool) from 1.22; gopreempt_m before (cold there).
-    if info.go_minor >= 22:
-        ps = find_probe_site(info, text, "runtime.goschedImpl")
-        if ps:
-            add(Site("gmpmon_gosched", ps.entry_site, ps.symbol, True), "preempt")
-    else:
-        ps = find_probe_site(info, text, "runtime.gopreempt_m")
-        if ps:
-            add(Site("gmpmon_gopreempt", ps.entry_site, ps.symbol, False), "preempt")
-
-    # Goroutine creation: the emulated CALL runqput inside newproc.func1, else newproc1's RETs.
-    closure = func_range(info, "runtime.newproc.func1")
-    runqput = func_range(info, "runtime.runqput")
-    calls = call_sites(text, closure[0], closure[1], runqput[0]) if closure and runqput else ()
-    if calls:
-        for a in calls:
-            add(Site("gmpmon_gocreate", a, "runtime.newproc.func1", True), "goroutines")
-    else:
-        ps = find_probe_site(info, text, "runtime.newproc1")
-        if ps and ps.rets:
-            for ret in ps.rets:
-                add(Site("gmpmon_newproc1_ret", ret, ps.symbol, True), "goroutines")
-        else:
-            plan.missing["gmpmon_gocreate"] = "no goroutine-creation site"
+        if probe.fallback_for and probe.fallback_for in placed:
+            continue
+        ps = next((info.probe_sites[f.name] for f in probe.funcs if f.name in info.probe_sites),
+                  None)
+        addrs = _sites(probe, ps) if ps is not None else ()
+        if ps is None or not addrs:
+            if not any(p.fallback_for == probe.handler for p in PROBES):
+                plan.missing[probe.handler] = probe.why
+            continue
+        for a in addrs:
+            (plan.hot if probe.hot else plan.cold).append(Site(probe, a, ps.symbol))
+        if probe.ra_define:
+            plan.defines[probe.ra_define] = -ps.entry_sp_delta
+        placed.add(probe.handler)
+        feats.add(probe.feature)
+    for probe in PROBES:  # a fallback that could not be placed either: say why the first
+        if probe.fallback_for and probe.fallback_for not in placed and probe.handler not in placed:
+            plan.missing[probe.fallback_for] = probe.why
     plan.features = sorted(feats)
     return plan
 
@@ -211,16 +134,16 @@ def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[s
         "P_RUNNEXT": _off(info, "runtime.p.runnext"),
         "HAVE_RUNQSIZE": 1 if runqsize_link_addr(info) else 0,
         "STW_HAS_REASON": 1 if info.go_minor >= 21 else 0,
-        "LOCK_RA_OFF": plan.lock_ra_off if plan else 0,
-        "SEMA_RA_OFF": plan.sema_ra_off if plan else 0,
+        **{p.ra_define: 0 for p in PROBES if p.ra_define},
+        **(plan.defines if plan else {}),
         "SEMA_HAS_REASON": 1 if info.go_minor >= 21 else 0,
         "WR_SYNC_MUTEX": _reason(info, "sync.Mutex.Lock"),
         "WR_RWMUTEX_R": _reason(info, "sync.RWMutex.RLock"),
         "WR_RWMUTEX_W": _reason(info, "sync.RWMutex.Lock"),
         "GM_PERF_FALLBACK": 0 if uprobe_multi_supported() else 1,
     }
-    for i, name in enumerate(HANDLERS):
-        defs[f"H_{name.upper()}"] = i
+    for probe in PROBES:
+        defs[f"H_{probe.handler.upper()}"] = probe.hid
     return [f"-D{k}={v}" for k, v in defs.items()]
 
 
@@ -234,17 +157,15 @@ def runqsize_link_addr(info: BinaryInfo) -> int:
 def _compile(bcc: Any, flags: list[str]) -> Any:
     """BCC's BPF() on gmpmon.bpf.c. Its compiler writes diagnostics to fds 1 and 2 (C++
     streams): they are caught and folded into one line, like `gmpmon doctor` does."""
-    from gmpmon.doctor import first_compile_error, header_dir
-
     hdr, origin = header_dir()
-    if not _headers_present(hdr, origin):
+    if not headers_present(hdr, origin):
         # Checked first: libbcc 0.29 segfaults compiling gmpmon.bpf.c without headers.
         raise KernelHeadersError(
             f"no kernel headers to compile the probes against: {hdr} has no include/"
             + (" ($BCC_KERNEL_SOURCE)" if origin == "BCC_KERNEL_SOURCE" else ""),
             hint="apt-get install linux-headers-$(uname -r), or run scripts/setup",
         )
-    with _captured_output() as lines:
+    with captured_output() as lines:
         try:
             return bcc.BPF(
                 src_file=str(PROBE_DIR / "gmpmon.bpf.c").encode(),
@@ -255,19 +176,6 @@ def _compile(bcc: Any, flags: list[str]) -> Any:
     why = first_compile_error(lines) or str(err).splitlines()[0]
     raise KernelSupportError(f"cannot load the BPF program: {why}",
                              hint="run `gmpmon doctor`") from err
-
-
-def _headers_present(hdr: str, origin: str) -> bool:
-    """Where BCC looks for kernel headers (its KERNEL_SOURCE env, /lib/modules/R/build or
-    source, else the kernel's own kheaders archive)."""
-    if os.path.isdir(os.path.join(hdr, "include")):
-        return True
-    if origin == "BCC_KERNEL_SOURCE":
-        return False
-    release = os.uname().release
-    return os.path.isdir(f"/lib/modules/{release}/source/include") or os.path.exists(
-        "/sys/kernel/kheaders.tar.xz"
-    )
 
 
 class BpfProgram:
@@ -308,7 +216,7 @@ class BpfProgram:
             self._multi = uprobe_multi_supported()
         if self._multi:
             try:
-                fd = self._link_multi(offsets, [HANDLERS.index(s.fn_name[7:]) for s in sites])
+                fd = self._link_multi(offsets, [s.hid for s in sites])
             except OSError as e:
                 raise _attach_error(e) from e
             self._groups[group] = [fd]
@@ -321,11 +229,11 @@ class BpfProgram:
         # attached before any TUI owns the terminal, so its chatter can be caught (if
         # uprobes cannot be attached at all, that is where it shows).
         quiet: contextlib.AbstractContextManager[list[str]] = (
-            _captured_output() if first else contextlib.nullcontext([])
+            captured_output() if first else contextlib.nullcontext([])
         )
         with quiet:
             for s, off in zip(sites, offsets, strict=True):
-                fn = self.bpf.load_func(s.fn_name.encode(), self._kprobe_type)
+                fn = self.bpf.load_func(s.probe.bpf_function.encode(), self._kprobe_type)
                 ev = f"gmpmon_{os.getpid()}_{s.addr:x}".encode()
                 pfd = self._lib.bpf_attach_uprobe(fn.fd, 0, ev, self.path.encode(), off, -1)
                 if pfd < 0:
@@ -334,7 +242,7 @@ class BpfProgram:
                 fds.append(pfd)
         if failed is not None:
             s, err = failed
-            if not os.path.exists(UPROBE_PMU) or err in (errno.ENOENT, errno.EOPNOTSUPP,
+            if not (UPROBE_PMU / "type").exists() or err in (errno.ENOENT, errno.EOPNOTSUPP,
                                                           errno.ENOSYS):
                 raise KernelSupportError(
                     f"this kernel cannot attach uprobes ({os.strerror(err)}; no uprobe PMU"
@@ -372,9 +280,6 @@ class BpfProgram:
                 os.close(fd)
             else:
                 self._lib.bpf_close_perf_event_fd(fd)
-
-    def n_attached(self) -> int:
-        return len(self._groups)
 
     def set_load_bias(self, bias: int) -> None:
         """Tell the programs where the target's globals are (PIE: known once mapped)."""
@@ -436,9 +341,6 @@ class BpfProgram:
             return [int(a) for a in self.bpf[b"stacks"].walk(stack_id)]
         except Exception:
             return []
-
-
-UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
 
 
 def _attach_error(e: OSError) -> GmpmonError:

@@ -185,9 +185,6 @@ class Capture:
                 raise CaptureError(f"capture failed: {self._error}")
         return b
 
-    def attached_probes(self) -> int:
-        return self.prog.n_attached() if self.prog else 0
-
     # --- reader thread -------------------------------------------------------------------
 
     def _run(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from gmpmon.capture.capture import MODES, running
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
-from gmpmon.export.outfile import check_output_path
+from gmpmon.files import check_output_path
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.session import LiveSession
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from gmpmon.errors import UsageError
 from gmpmon.export import FORMATS
-from gmpmon.export.outfile import check_output_path
+from gmpmon.files import check_output_path
 
 EPILOG = """\
 formats:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gmpmon.errors import UsageError
-from gmpmon.export.outfile import check_output_path
+from gmpmon.files import check_output_path
 
 if TYPE_CHECKING:
     from gmpmon.model.snapshot import Snapshot

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gmpmon.events import Batch, Header
-from gmpmon.export.outfile import open_private
+from gmpmon.files import open_private
 from gmpmon.model.snapshot import Snapshot
 
 

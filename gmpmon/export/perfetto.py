@@ -17,7 +17,7 @@ from typing import Any
 
 from gmpmon.events import Batch, Header, Kind
 from gmpmon.export.base import Exporter
-from gmpmon.export.outfile import open_private
+from gmpmon.files import open_private
 from gmpmon.model.snapshot import PState, Snapshot
 
 STW_TID = 1_000_000
