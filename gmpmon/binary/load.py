@@ -167,7 +167,8 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
                 resolved[role.name] = (sym, *r)
                 break
     callee_entries = {name: r[1] for name, r in resolved.items()}
-    for role in probes.ROLES:  # callees of call / call-result sites need not be roles
+    # callees of call and call-result sites need not be roles themselves
+    for role in (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES):
         for callee in (*role.calls, *role.call_sites):
             r = funcs.resolve(callee) if callee not in callee_entries else None
             if r is not None:
