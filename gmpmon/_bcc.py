@@ -16,7 +16,7 @@ from gmpmon.errors import KernelSupportError
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 SYS_BPF = 321  # x86_64
-UPROBE_PMU = Path("/sys/bus/event_source/devices/uprobe")  # the perf PMU of uprobes
+UPROBE_PMU = Path("/sys/bus/event_source/devices/uprobe/type")  # exists: a uprobe perf PMU
 
 
 def import_bcc() -> ModuleType:

@@ -165,7 +165,7 @@ def check_tracefs() -> Check:
     where = tracefs_mounts(Path("/proc/mounts").read_text())
     if where:
         return _ok(name, f"mounted at {where[0]}")
-    if (UPROBE_PMU / "type").exists():
+    if UPROBE_PMU.exists():
         # Nothing to fix: a warning with a fix line would tell the user to do something.
         return _ok(name, "not mounted (not needed: the perf uprobe PMU is used)",
                    required=False)
@@ -174,8 +174,8 @@ def check_tracefs() -> Check:
 
 def check_uprobes() -> Check:
     name = "uprobe events"
-    if (UPROBE_PMU / "type").exists():
-        return _ok(name, f"perf uprobe PMU ({UPROBE_PMU})")
+    if UPROBE_PMU.exists():
+        return _ok(name, f"perf uprobe PMU ({UPROBE_PMU.parent})")
     for events in ("/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"):
         if os.path.exists(events):
             return _ok(name, events)

@@ -242,7 +242,7 @@ class BpfProgram:
                 fds.append(pfd)
         if failed is not None:
             s, err = failed
-            if not (UPROBE_PMU / "type").exists() or err in (errno.ENOENT, errno.EOPNOTSUPP,
+            if not UPROBE_PMU.exists() or err in (errno.ENOENT, errno.EOPNOTSUPP,
                                                           errno.ENOSYS):
                 raise KernelSupportError(
                     f"this kernel cannot attach uprobes ({os.strerror(err)}; no uprobe PMU"
