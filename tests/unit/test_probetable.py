@@ -44,12 +44,14 @@ def functions(src: str) -> dict[str, str]:
 
 
 FUNCS = functions(BPF_C)
+# gm_emit(GM_KIND, ...) or gm_emit_at(ts, GM_KIND, ...)
+EMIT = re.compile(r"gm_emit(?:\(|_at\(\s*\w+\s*,)\s*GM_([A-Z_]+)")
 
 
 def emitted_kinds(fn: str, seen: frozenset[str] = frozenset()) -> set[str]:
     """GM_<KIND> names passed to gm_emit by `fn` and the functions it calls."""
     body = FUNCS[fn]
-    kinds = set(re.findall(r"gm_emit\(\s*GM_([A-Z_]+)", body))
+    kinds = set(EMIT.findall(body))
     for callee in set(re.findall(r"\b(\w+)\(", body)) & set(FUNCS) - seen - {fn}:
         kinds |= emitted_kinds(callee, seen | {fn})
     return kinds
@@ -89,7 +91,7 @@ def test_header_kinds_are_events_kind() -> None:
     probe_kinds = {k.name: k.value for k in Kind if k.value in KIND_RANGES["probe"]}
     assert kinds == probe_kinds
     # and the C uses no GM_<KIND> the header lacks
-    used = set(re.findall(r"gm_emit\(\s*GM_([A-Z_]+)", BPF_C))
+    used = set(EMIT.findall(BPF_C))
     assert used <= set(kinds)
 
 
