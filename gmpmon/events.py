@@ -75,6 +75,12 @@ LOST               a0 = records dropped in the kernel since the previous LOST (r
                    full), a1 = 0.
 WINDOW             Hot probes attached (a0=1) or detached (a0=0): delimits the windows in
                    which timeline events are complete (``default`` mode's duty cycle).
+                   a1 = the window's planned length ns (a0=1; 0 if not planned), or how
+                   far past its planned end it was detached, ns (a0=0).
+COST               The budget controller's account, cumulative since attach: m = budget in
+                   thousandths of a percent, g = windows that overstayed their plan by more
+                   than 50 ms, a0 = estimated CPU ns the probes cost the target, a1 = CPU ns
+                   the target used.
 =================  =============================================================================
 
 Runtime counters and the goroutine census (kinds 40-59; ``gmpmon/capture/runtime_counters.py``
@@ -174,6 +180,7 @@ class Kind(IntEnum):
     CENSUS_WAIT = 52
     CENSUS_SITE = 53
     CENSUS_END = 54
+    COST = 80  # the overhead budget (gmpmon.capture.hotctl), see below
 
 
 # Counter table id ranges (same rule as KIND_RANGES: never reuse or renumber):

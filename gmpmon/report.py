@@ -29,6 +29,15 @@ def _lat(ls: LatencyStats, *, histogram: bool = True) -> dict[str, Any]:
     return d
 
 
+def _cost(snap: Snapshot) -> dict[str, Any] | None:
+    c = snap.cost
+    if c is None:
+        return None
+    return {"estimated_pct": round(c.estimated_pct, 4), "budget_pct": c.budget_pct,
+            "windows": snap.windows, "covered_s": round(snap.windows_covered_ns / 1e9, 6),
+            "cost_ns": c.cost_ns, "target_cpu_ns": c.target_cpu_ns, "overstays": c.overstays}
+
+
 def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
     """The versioned --summary-json document. Same Snapshot -> same dict (sorted, no clock)."""
     return {
@@ -42,6 +51,7 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
         "mode": snap.mode,
         "window": snap.window,
         "windows": {"count": snap.windows, "covered_ns": snap.windows_covered_ns},
+        "cost": _cost(snap),
         "duration_s": round(max(0, snap.now - snap.start) / 1e9, 6),
         "events": {"total": snap.events_total, "lost": snap.events_lost, "late": snap.late_events},
         "illegal_transitions": snap.illegal_transitions,

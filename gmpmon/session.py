@@ -22,6 +22,15 @@ from gmpmon.model.snapshot import Snapshot
 from gmpmon.record import RecordingWriter
 
 SNAPSHOT_EVERY_S = 0.25
+# Tests only: hold the GIL this long per batch, as a model far too slow for its input would.
+SLOW_MODEL_S = float(os.environ.get("GMPMON_DEBUG_SLOW_MODEL_MS", "0") or 0) / 1000
+
+
+def hog_gil(seconds: float) -> None:
+    """Busy for ``seconds`` inside C code that never releases the GIL (sum over a range)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(2_000_000))
 
 
 def read_gomaxprocs(info: BinaryInfo, pid: int) -> int:
@@ -86,6 +95,7 @@ class LiveSession:
         mode: str = "default",
         window_ms: int = 200,
         period_ms: int = 1000,
+        budget_pct: float = 1.0,
         record: str | None = None,
         gomaxprocs: int | None = None,
         before_exec: bool = False,
@@ -95,7 +105,7 @@ class LiveSession:
         self.pid = pid
         self.capture = Capture(
             info, pid, mode=mode, window_ms=window_ms, period_ms=period_ms,
-            defer_sampler=before_exec, census_s=census_s,
+            defer_sampler=before_exec, census_s=census_s, budget_pct=budget_pct,
         )
         self.header = make_header(
             info, pid, self.capture, gomaxprocs or read_gomaxprocs(info, pid)
@@ -131,6 +141,9 @@ class LiveSession:
             return f"target {self.capture.exit_reason or 'exited'}"
         if self.finished.is_set():
             return "detached"
+        cost = self.capture.hotctl.status if self.capture.hotctl else None
+        if cost is not None:
+            return cost.header_text()
         if self.capture.mode == "default":
             return (
                 f"window {self.capture.window_ns // 1_000_000}/"
@@ -225,6 +238,8 @@ class LiveSession:
 
     def _consume(self, batch: Batch) -> None:
         if batch.events or batch.stacks:
+            if SLOW_MODEL_S:
+                hog_gil(SLOW_MODEL_S)
             self.model.feed(batch)
             with self._record_lock:
                 if self._recorder is not None:

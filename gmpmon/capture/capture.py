@@ -21,6 +21,8 @@ from operator import itemgetter
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
+from gmpmon.capture.budget import CostStatus
+from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
@@ -62,6 +64,7 @@ class Capture:
         stop_on_exit: bool = True,
         defer_sampler: bool = False,
         census_s: float = 1.0,
+        budget_pct: float = 1.0,
     ) -> None:
         if mode not in MODES:
             raise CaptureError(f"unknown mode {mode!r}")
@@ -90,6 +93,9 @@ class Capture:
         self._pending: list[EventTuple] = []
         self._stack_ids: dict[int, int] = {}
         self._hot_on = False
+        self.budget_pct = budget_pct
+        self.hotctl: HotControl | None = None  # default mode: the budgeted window controller
+        self._cost_sent: CostStatus | None = None
         self._error: BaseException | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -205,11 +211,17 @@ class Capture:
         next_alive = now
         cycle_start = now
         if self.mode == "default":
-            self._hot_attach()
+            self.hotctl = start_hotctl(self.prog, self.plan.hot, self.pid, self.budget_pct,
+                                       self.window_ns, self.period_ns)
+            if self.hotctl is None:
+                self._hot_attach()
         cpu0 = time.thread_time()
         while not self._stop.is_set():
             t0 = time.monotonic_ns()
-            if self.mode == "default":
+            if self.hotctl is not None:
+                self._window_facts(self.hotctl.poll())
+                self._cost_event(t0)
+            elif self.mode == "default":
                 phase = (t0 - cycle_start) % self.period_ns
                 if self._hot_on and phase >= self.window_ns:
                     self._hot_detach()
@@ -253,7 +265,10 @@ class Capture:
     def _detach_all_and_drain(self) -> None:
         if self.prog is None:
             return
-        if self._hot_on and self.mode == "default":
+        if self.hotctl is not None:
+            self._window_facts(self.hotctl.stop())
+            self._cost_event(time.monotonic_ns())
+        if self._hot_on and self.mode == "default" and self.hotctl is None:
             self._hot_detach()
         else:
             self.prog.detach("hot")
@@ -278,6 +293,19 @@ class Capture:
         self._emit_window(0)
         self.prog.detach("hot")
         self._hot_on = False
+
+    def _window_facts(self, facts: list[WindowFact]) -> None:
+        for f in facts:
+            self.stats.windows += f.on
+            a1 = f.planned_ns if f.on else f.overstay_ns
+            self._pending.append((f.ts, Kind.WINDOW, -1, 0, 0, int(f.on), a1))
+
+    def _cost_event(self, now: int) -> None:
+        c = self.hotctl.status if self.hotctl is not None else None
+        if c is not None and c is not self._cost_sent:
+            self._cost_sent = c
+            self._pending.append((now, Kind.COST, -1, round(c.budget_pct * 1000), c.overstays,
+                                  int(c.cost_s * 1e9), int(c.target_cpu_s * 1e9)))
 
     def _emit_window(self, on: int) -> None:
         self._pending.append((time.monotonic_ns(), Kind.WINDOW, -1, 0, 0, on, 0))

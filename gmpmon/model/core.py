@@ -47,6 +47,7 @@ from gmpmon.events import (
 )
 from gmpmon.model import hist as h
 from gmpmon.model.runtime import RuntimePart
+from gmpmon.model.cost import CostTracker
 from gmpmon.model.snapshot import (
     LOCK_KIND_NAMES,
     GoroutineView,
@@ -323,6 +324,7 @@ class Model:
 
         # The runtime's own counters and the goroutine census (events 40-59).
         self.runtime = RuntimePart(header.g_status, header.wait_reasons, self.stacks)
+        self.cost = CostTracker()
         handlers: list[Handler | None] = [None] * 256
         for kind, fn in (
             (Kind.EXECUTE, self._on_execute),
@@ -348,6 +350,7 @@ class Model:
             (Kind.LOST, self._on_lost),
             (Kind.WINDOW, self._on_window),
             *self.runtime.handlers(),
+            (Kind.COST, self.cost.on_cost),
         ):
             handlers[kind] = fn
         # Kinds only the hot (duty-cycled) probes emit. Between a WINDOW 0 and the next
@@ -1100,6 +1103,7 @@ class Model:
             window_ns=self.window_ns,
             windows=self.windows,
             windows_covered_ns=covered,
+            cost=self.cost.summary(),
             gosched=self.gosched,
             late_events=self.late_events,
             stw_reasons={

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gmpmon.model.runtime import RuntimeView
 
+from gmpmon.model.cost import CostSummary
+
 
 class PState(IntEnum):
     """What a P is doing, as the timeline shows it. Starts UNKNOWN (attached mid-flight)."""
@@ -177,3 +179,4 @@ class Snapshot:
     # The runtime's own counters and the goroutine census (gmpmon.model.runtime); None when
     # the capture had neither (older recordings).
     runtime: RuntimeView | None = None
+    cost: CostSummary | None = None  # default mode's budget controller (COST events)

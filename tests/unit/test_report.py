@@ -16,6 +16,7 @@ SCHEMA_KEYS = {
     "mode",
     "window",
     "windows",
+    "cost",
     "duration_s",
     "events",
     "illegal_transitions",

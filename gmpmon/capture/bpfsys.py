@@ -1,0 +1,126 @@
+"""The few bpf(2) commands the hot-probe controller needs, by raw syscall (no BCC): the
+controller runs in its own small process, which must start fast and never import a compiler.
+
+Layouts are ``union bpf_attr`` from include/uapi/linux/bpf.h (Linux 6.6+ for uprobe_multi).
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import os
+
+_libc = ct.CDLL(None, use_errno=True)
+SYS_BPF = 321  # x86_64
+BPF_MAP_LOOKUP_ELEM = 1
+BPF_MAP_UPDATE_ELEM = 2
+BPF_PROG_LOAD = 5
+BPF_LINK_CREATE = 28
+BPF_ENABLE_STATS = 32
+BPF_PROG_TYPE_KPROBE = 2
+BPF_TRACE_UPROBE_MULTI = 48
+BPF_STATS_RUN_TIME = 0
+ATTR_SIZE = 128
+
+
+def _bpf(cmd: int, attr: ct.Array[ct.c_char]) -> int:
+    r = int(_libc.syscall(SYS_BPF, cmd, attr, ATTR_SIZE))
+    if r < 0:
+        err = ct.get_errno()
+        raise OSError(err, f"bpf({cmd}): {os.strerror(err)}")
+    return r
+
+
+def link_uprobe_multi(prog_fd: int, path: str, offsets: list[int], cookies: list[int]) -> int:
+    """One BPF_TRACE_UPROBE_MULTI link: every offset of ``path``, for every process."""
+    n = len(offsets)
+    cpath = ct.create_string_buffer(path.encode())
+    offs = (ct.c_uint64 * n)(*offsets)
+    cks = (ct.c_uint64 * n)(*cookies)
+    attr = ct.create_string_buffer(ATTR_SIZE)
+    ct.c_uint32.from_buffer(attr, 0).value = prog_fd
+    ct.c_uint32.from_buffer(attr, 8).value = BPF_TRACE_UPROBE_MULTI
+    ct.c_uint64.from_buffer(attr, 16).value = ct.addressof(cpath)
+    ct.c_uint64.from_buffer(attr, 24).value = ct.addressof(offs)
+    ct.c_uint64.from_buffer(attr, 40).value = ct.addressof(cks)
+    ct.c_uint32.from_buffer(attr, 48).value = n
+    return _bpf(BPF_LINK_CREATE, attr)
+
+
+def load_noop_prog() -> int:
+    """A uprobe_multi program that does nothing (``r0 = 0; exit``): what one trap costs by
+    itself, for calibration."""
+    insns = (ct.c_uint64 * 2)(0x00000000000000B7, 0x0000000000000095)  # mov64 r0,0 ; exit
+    lic = ct.create_string_buffer(b"GPL")
+    attr = ct.create_string_buffer(ATTR_SIZE)
+    ct.c_uint32.from_buffer(attr, 0).value = BPF_PROG_TYPE_KPROBE
+    ct.c_uint32.from_buffer(attr, 4).value = 2
+    ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(insns)
+    ct.c_uint64.from_buffer(attr, 16).value = ct.addressof(lic)
+    ct.c_uint32.from_buffer(attr, 68).value = BPF_TRACE_UPROBE_MULTI  # expected_attach_type
+    return _bpf(BPF_PROG_LOAD, attr)
+
+
+def enable_run_time_stats() -> int:
+    """BPF_ENABLE_STATS: the kernel times every BPF program run while this fd is open
+    (reference counted, undone when the fd closes; no sysctl is changed)."""
+    attr = ct.create_string_buffer(ATTR_SIZE)
+    ct.c_uint32.from_buffer(attr, 0).value = BPF_STATS_RUN_TIME
+    return _bpf(BPF_ENABLE_STATS, attr)
+
+
+def prog_run_stats(prog_fd: int) -> tuple[int, int] | None:
+    """(run_time_ns, run_cnt) of a program, from /proc/self/fdinfo; None if not shown."""
+    try:
+        with open(f"/proc/self/fdinfo/{prog_fd}") as f:
+            text = f.read()
+    except OSError:
+        return None
+    vals: dict[str, int] = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(":")
+        if k in ("run_time_ns", "run_cnt"):
+            vals[k] = int(v)
+    if len(vals) != 2:
+        return None
+    return vals["run_time_ns"], vals["run_cnt"]
+
+
+def possible_cpus() -> int:
+    """Per-CPU maps hold one value per *possible* CPU (e.g. "0-3" -> 4)."""
+    with open("/sys/devices/system/cpu/possible") as f:
+        spec = f.read().strip()
+    n = 0
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        n += (int(hi) if hi else int(lo)) - int(lo) + 1
+    return n
+
+
+class PerCpuU64Array:
+    """Lookups in a BPF_PERCPU_ARRAY of u64 (the `hits` counters): the sum over CPUs."""
+
+    def __init__(self, map_fd: int) -> None:
+        self.fd = map_fd
+        self.ncpu = possible_cpus()
+        self._key = ct.c_uint32(0)
+        self._val = (ct.c_uint64 * self.ncpu)()
+        self._attr = ct.create_string_buffer(ATTR_SIZE)
+        ct.c_uint32.from_buffer(self._attr, 0).value = map_fd
+        ct.c_uint64.from_buffer(self._attr, 8).value = ct.addressof(self._key)
+        ct.c_uint64.from_buffer(self._attr, 16).value = ct.addressof(self._val)
+
+    def total(self, index: int) -> int:
+        self._key.value = index
+        _bpf(BPF_MAP_LOOKUP_ELEM, self._attr)
+        return int(sum(self._val))
+
+
+def array_set_u32(map_fd: int, index: int, value: int) -> None:
+    """cfg[index] = value in a BPF_ARRAY of u32."""
+    key = ct.c_uint32(index)
+    val = ct.c_uint32(value)
+    attr = ct.create_string_buffer(ATTR_SIZE)
+    ct.c_uint32.from_buffer(attr, 0).value = map_fd
+    ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(key)
+    ct.c_uint64.from_buffer(attr, 16).value = ct.addressof(val)
+    _bpf(BPF_MAP_UPDATE_ELEM, attr)

@@ -1,0 +1,415 @@
+"""The hot-probe controller: a small process of its own that attaches and detaches the hot
+probes on time, whatever the model, the ring reader or the TUI are doing.
+
+It shares no GIL with them: the parent (capture) hands it the already loaded BPF program and
+two maps by fd, and the child does everything about windows itself, by raw bpf(2) syscalls:
+
+- at start, it calibrates one emulated hit (gmpmon.capture.calibrate) and turns on the
+  kernel's BPF run-time statistics (BPF_ENABLE_STATS: undone when it exits);
+- every ACCOUNT_S it reads the probe hit counters, the program's run time and the target's
+  CPU time, and charges the cost to the budget (gmpmon.capture.budget);
+- at each period's start it opens a window as long as the budget allows (possibly none),
+  and closes it at its planned end. It sleeps in select() until the next deadline; nothing
+  else runs in it, so it wakes on time. A window found open more than OVERSTAY_NS past its
+  plan anyway (the machine stalled it) is closed at once and reported.
+- a trigger (a ``burst`` line from the parent) opens a window of the burst's length now, if
+  the budget's horizon allows it.
+
+The parent reads its stdout, one line per fact:
+``W 1 <ts> <planned_ns> <burst>`` before a window is attached (so any hot record in the ring
+buffer is newer than the WINDOW event that announces it), ``W 0 <ts> <overstay_ns>`` before
+it is detached, ``C <json>`` a CostStatus every ACCOUNT_S, ``CAL <seconds>``, ``E <message>``.
+stdin carries the JSON config (one line), then ``burst <ms> <name>`` and ``quit``. On EOF of
+stdin (the parent died) it detaches and exits; its own exit closes the link in any case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gmpmon.capture import bpfsys
+from gmpmon.capture.budget import BudgetPlanner, CostStatus
+from gmpmon.errors import CaptureError
+
+if TYPE_CHECKING:
+    from gmpmon.capture.bpfprog import BpfProgram
+    from gmpmon.capture.sites import Site
+
+ACCOUNT_S = 0.1
+OVERSTAY_NS = 50_000_000
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class HotConfig:
+    prog_fd: int
+    hits_fd: int
+    cfg_fd: int
+    path: str  # the binary the hot sites are in
+    offsets: list[int]  # file offsets of the hot sites
+    cookies: list[int]  # their handler ids
+    hot_ids: list[int]  # handler ids whose hits are hot
+    n_handlers: int
+    pid: int
+    budget_pct: float
+    window_ns: int  # the longest window
+    period_ns: int
+    hit_cost_s: float = 0.0  # 0: calibrate
+    slow_start: bool = False  # no realtime priority (tests)
+
+
+def target_cpu_s(pid: int) -> float:
+    """utime + stime of the whole target process (/proc/PID/stat, every thread)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class Controller:
+    """The child's state: one window at a time, timed by its own clock."""
+
+    def __init__(self, cfg: HotConfig, out: object) -> None:
+        self.cfg = cfg
+        self.out = out
+        self.hits = bpfsys.PerCpuU64Array(cfg.hits_fd)
+        self.link = -1
+        self.gen = 0
+        self.planned_end = 0
+        self.opened = 0
+        self.burst = ""
+        self.overstays = 0
+        self.worst_overstay = 0
+        self.stats_fd = -1
+        self.planner: BudgetPlanner | None = None
+        self._prev_hits = [0] * cfg.n_handlers
+        self._hot_at_open = 0
+        self._prev_run: tuple[int, int] | None = None
+        self._prev_cpu = 0.0
+        self._prev_t = 0.0
+
+    def say(self, line: str) -> None:
+        self.out.write(line + "\n")  # type: ignore[attr-defined]
+        self.out.flush()  # type: ignore[attr-defined]
+
+    # --- setup ---------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        if not self.cfg.slow_start:
+            try:  # wake on time on a saturated machine; the work per wake-up is tiny
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, 0, -10)
+        cost = self.cfg.hit_cost_s
+        if cost <= 0:
+            from gmpmon.capture.calibrate import calibrate_hit_cost
+
+            cost = calibrate_hit_cost()
+        self.say(f"CAL {cost:.9f}")
+        try:
+            self.stats_fd = bpfsys.enable_run_time_stats()
+        except OSError:
+            self.stats_fd = -1
+        self.planner = BudgetPlanner(self.cfg.budget_pct, cost, self.cfg.period_ns * 1e-9,
+                                     self.cfg.window_ns * 1e-9)
+        self._prev_t = time.monotonic()
+        self._prev_cpu = target_cpu_s(self.cfg.pid)
+        self._prev_run = bpfsys.prog_run_stats(self.cfg.prog_fd) if self.stats_fd >= 0 else None
+        for i in range(self.cfg.n_handlers):
+            self._prev_hits[i] = self.hits.total(i)
+
+    # --- windows -------------------------------------------------------------------------
+
+    def open_window(self, window_ns: int, burst: str = "") -> None:
+        assert self.link < 0
+        self.gen += 1
+        bpfsys.array_set_u32(self.cfg.cfg_fd, 0, self.gen)
+        now = time.monotonic_ns()
+        self.say(f"W 1 {now} {window_ns} {burst or '-'}")
+        self.link = bpfsys.link_uprobe_multi(self.cfg.prog_fd, self.cfg.path, self.cfg.offsets,
+                                             self.cfg.cookies)
+        self.opened = now
+        self.planned_end = now + window_ns
+        self.burst = burst
+        self._hot_at_open = self._hot_total()
+
+    def close_window(self) -> None:
+        if self.link < 0:
+            return
+        now = time.monotonic_ns()
+        over = max(0, now - self.planned_end)
+        if over > OVERSTAY_NS:
+            self.overstays += 1
+        self.worst_overstay = max(self.worst_overstay, over)
+        self.say(f"W 0 {now} {over}")
+        os.close(self.link)  # ~30 ms: the kernel's RCU wait, probes already removed
+        self.link = -1
+        assert self.planner is not None
+        self.planner.window_done(self._hot_total() - self._hot_at_open, (now - self.opened) * 1e-9)
+
+    def _hot_total(self) -> int:
+        return sum(self.hits.total(i) for i in self.cfg.hot_ids)
+
+    # --- accounting ----------------------------------------------------------------------
+
+    def account(self) -> None:
+        assert self.planner is not None
+        now = time.monotonic()
+        try:
+            cpu = target_cpu_s(self.cfg.pid)
+        except OSError:
+            cpu = self._prev_cpu
+        hits = 0
+        for i in range(self.cfg.n_handlers):
+            t = self.hits.total(i)
+            hits += t - self._prev_hits[i]
+            self._prev_hits[i] = t
+        run_ns: int | None = None
+        runs = 0
+        if self._prev_run is not None:
+            cur = bpfsys.prog_run_stats(self.cfg.prog_fd)
+            if cur is not None:
+                run_ns, runs = cur[0] - self._prev_run[0], cur[1] - self._prev_run[1]
+                self._prev_run = cur
+        self.planner.account(now - self._prev_t, max(cpu - self._prev_cpu, 0.0), hits, run_ns,
+                             runs)
+        self._prev_t, self._prev_cpu = now, cpu
+        self.say("C " + json.dumps(dataclasses.asdict(self.status())))
+
+    def status(self) -> CostStatus:
+        p = self.planner
+        assert p is not None
+        return CostStatus(
+            budget_pct=p.budget_pct, estimated_pct=p.estimated_pct(), recent_pct=p.recent_pct(),
+            cost_s=p.cost_s, target_cpu_s=p.target_cpu_s, windows=p.windows,
+            covered_s=p.covered_s, hit_cost_s=p.hit_cost_s, bpf_ns_per_hit=p.ns_per_hit,
+            overstays=self.overstays, worst_overstay_ns=self.worst_overstay, bursts=p.bursts,
+        )
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self, inp: int) -> None:
+        assert self.planner is not None
+        period = self.cfg.period_ns
+        t0 = time.monotonic_ns()
+        next_period = t0
+        next_account = t0 + int(ACCOUNT_S * 1e9)
+        buf = b""
+        while True:
+            now = time.monotonic_ns()
+            if self.link >= 0 and now >= self.planned_end:
+                self.close_window()
+                now = time.monotonic_ns()
+            if now >= next_account:
+                self.account()
+                next_account = now + int(ACCOUNT_S * 1e9)
+            if self.link < 0 and now >= next_period:
+                w = int(self.planner.next_window_s() * 1e9)
+                if w > 0:
+                    self.open_window(w)
+                next_period += period * max(1, (now - next_period) // period + 1)
+            wake = min(next_account, next_period if self.link < 0 else self.planned_end)
+            timeout = max(wake - time.monotonic_ns(), 500_000) * 1e-9
+            r, _, _ = select.select([inp], [], [], timeout)
+            if not r:
+                continue
+            chunk = os.read(inp, 4096)
+            if not chunk:
+                return  # the parent is gone
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if not self.command(line.decode().split()):
+                    return
+
+    def command(self, words: list[str]) -> bool:
+        assert self.planner is not None
+        if not words:
+            return True
+        if words[0] == "quit":
+            return False
+        if words[0] == "burst" and len(words) >= 3:
+            burst_ns = int(float(words[1]) * 1e6)
+            if not self.planner.allow_burst(burst_ns * 1e-9):
+                self.say(f"E burst {words[2]} refused: over the budget's horizon")
+                return True
+            self.planner.burst_started()
+            if self.link >= 0:  # extend the open window into the burst
+                self.planned_end = max(self.planned_end, time.monotonic_ns() + burst_ns)
+                self.burst = words[2]
+            else:
+                self.open_window(burst_ns, words[2])
+        return True
+
+
+def main() -> int:
+    # Ctrl-C reaches the whole process group: the parent decides when this one stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inp = sys.stdin.fileno()
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(inp, 65536)
+        if not chunk:
+            return 1
+        line += chunk
+    first, _, rest = line.partition(b"\n")
+    cfg = HotConfig(**json.loads(first))
+    ctl = Controller(cfg, sys.stdout)
+    try:
+        ctl.setup()
+        if rest:
+            for ln in rest.split(b"\n"):
+                ctl.command(ln.decode().split())
+        ctl.run(inp)
+    except Exception as e:  # reported to the parent, which falls back or says so
+        ctl.say(f"E {type(e).__name__}: {e}")
+        return 1
+    finally:
+        ctl.close_window()
+        if ctl.planner is not None:
+            ctl.account()
+        if ctl.stats_fd >= 0:
+            os.close(ctl.stats_fd)
+    return 0
+
+
+# --- the parent's side ----------------------------------------------------------------------
+
+
+@dataclass
+class WindowFact:
+    on: bool
+    ts: int
+    planned_ns: int = 0  # on: the window's planned length
+    overstay_ns: int = 0  # off: how far past its planned end it was detached
+    burst: str = ""  # on: the trigger that asked for it ("" for a budgeted window)
+
+
+def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
+               window_ns: int, period_ns: int) -> HotConfig:
+    """The controller's config for this program's hot sites."""
+    from gmpmon.capture.bpfprog import BPF_TRACE_UPROBE_MULTI, HANDLERS
+
+    fn = prog.bpf.load_func(b"gmpmon_probe", prog._kprobe_type, None, BPF_TRACE_UPROBE_MULTI)
+    offsets = []
+    for s in sites:
+        off = prog._text.file_offset(s.addr)
+        if off is None:
+            raise CaptureError(f"{s.role} at {s.addr:#x} is outside the file's segments")
+        offsets.append(off)
+    cookies = [HANDLERS.index(s.fn_name[7:]) for s in sites]
+    hit_cost = float(os.environ.get("GMPMON_HIT_COST_US", "0") or 0) * 1e-6
+    return HotConfig(
+        prog_fd=fn.fd, hits_fd=prog.bpf[b"hits"].map_fd, cfg_fd=prog.bpf[b"cfg"].map_fd,
+        path=prog.path, offsets=offsets, cookies=cookies, hot_ids=sorted(set(cookies)),
+        n_handlers=len(HANDLERS), pid=pid, budget_pct=budget_pct, window_ns=window_ns,
+        period_ns=period_ns, hit_cost_s=hit_cost,
+    )
+
+
+class HotControl:
+    """The parent's handle on the controller process."""
+
+    def __init__(self, cfg: HotConfig) -> None:
+        fds = (cfg.prog_fd, cfg.hits_fd, cfg.cfg_fd)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gmpmon.capture.hotctl"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=fds, close_fds=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(dataclasses.asdict(cfg)).encode() + b"\n")
+        self.proc.stdin.flush()
+        self._out = self.proc.stdout.fileno()
+        os.set_blocking(self._out, False)
+        self._buf = b""
+        self.status: CostStatus | None = None
+        self.hit_cost_s = 0.0
+        self.errors: list[str] = []
+
+    def poll(self) -> list[WindowFact]:
+        """Window facts since the last call (in order); updates status and errors."""
+        facts: list[WindowFact] = []
+        while True:
+            try:
+                chunk = os.read(self._out, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self._buf += chunk
+        while b"\n" in self._buf:
+            raw, self._buf = self._buf.split(b"\n", 1)
+            line = raw.decode(errors="replace")
+            tag, _, rest = line.partition(" ")
+            if tag == "W":
+                w = rest.split()
+                if w[0] == "1":
+                    facts.append(WindowFact(True, int(w[1]), planned_ns=int(w[2]),
+                                            burst="" if w[3] == "-" else w[3]))
+                else:
+                    facts.append(WindowFact(False, int(w[1]), overstay_ns=int(w[2])))
+            elif tag == "C":
+                self.status = CostStatus(**json.loads(rest))
+            elif tag == "CAL":
+                self.hit_cost_s = float(rest)
+            elif tag == "E":
+                self.errors.append(rest)
+        return facts
+
+    def burst(self, ms: float, name: str) -> None:
+        self._send(f"burst {ms:g} {name}")
+
+    def _send(self, line: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 2.0) -> list[WindowFact]:
+        """Ask it to detach and exit; kill it (it is our child) if it does not in time."""
+        self._send("quit")
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.set_blocking(self._out, True)
+        facts = self.poll()
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return facts
+
+
+def start_hotctl(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
+                 window_ns: int, period_ns: int) -> HotControl | None:
+    """The controller for default mode; None where it cannot run (no uprobe_multi links:
+    capture then keeps the old in-thread duty cycle)."""
+    from gmpmon.capture.bpfprog import uprobe_multi_supported
+
+    if not sites or not uprobe_multi_supported():
+        return None
+    if os.environ.get("GMPMON_NO_HOTCTL", "") not in ("", "0"):
+        return None
+    return HotControl(config_for(prog, sites, pid, budget_pct, window_ns, period_ns))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

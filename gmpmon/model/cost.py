@@ -1,0 +1,43 @@
+"""The overhead budget as the model sees it: the controller's COST events (kind 80).
+
+Capture turns the controller's cost reports (gmpmon.capture.hotctl) into COST events, so
+that a recording replays to the same ``cost`` in the summary as the live run had.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gmpmon.events import EventTuple
+
+
+@dataclass(frozen=True)
+class CostSummary:
+    budget_pct: float
+    estimated_pct: float  # estimated cost / target CPU time since attach, percent
+    cost_ns: int  # estimated CPU time the target lost to the probes
+    target_cpu_ns: int  # CPU time the target used since attach
+    overstays: int  # windows detached more than 50 ms after their planned end
+
+
+class CostTracker:
+    """Keeps the newest COST event (its values are cumulative)."""
+
+    def __init__(self) -> None:
+        self.last: EventTuple | None = None
+
+    def on_cost(self, e: EventTuple) -> None:
+        self.last = e
+
+    def summary(self) -> CostSummary | None:
+        e = self.last
+        if e is None:
+            return None
+        cost, cpu = e[5], e[6]
+        return CostSummary(
+            budget_pct=e[3] / 1000.0,
+            estimated_pct=100.0 * cost / cpu if cpu else 0.0,
+            cost_ns=cost,
+            target_cpu_ns=cpu,
+            overstays=e[4],
+        )

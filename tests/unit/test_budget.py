@@ -1,0 +1,155 @@
+"""The budget planner (gmpmon.capture.budget): windows sized so the estimated cost stays
+within the budget, bursts borrowed against a horizon and repaid."""
+
+from __future__ import annotations
+
+import pytest
+
+from gmpmon.capture.budget import MIN_WINDOW_NS, PROBE_WINDOW_NS, BudgetPlanner
+
+
+class FakeTarget:
+    """A target that uses ``cpu`` CPU-s per s and is hit ``hot_rate`` times a second by the
+    hot probes while a window is open, ``cold_rate`` always: drives a planner one period at a
+    time, accounting every 100 ms like the controller does."""
+
+    def __init__(self, planner: BudgetPlanner, cpu: float, hot_rate: float,
+                 cold_rate: float = 0.0, ns_per_hit: int = 0) -> None:
+        self.p = planner
+        self.cpu = cpu
+        self.hot_rate = hot_rate
+        self.cold_rate = cold_rate
+        self.ns_per_hit = ns_per_hit
+        self.open_s = 0.0
+
+    def period(self, burst_s: float = 0.0) -> float:
+        w = burst_s or self.p.next_window_s()
+        if burst_s:
+            self.p.burst_started()
+        self.open_s += w
+        steps = 10
+        for i in range(steps):
+            dt = self.p.period_s / steps
+            t0, t1 = i * dt, (i + 1) * dt
+            inside = max(0.0, min(t1, w) - t0)
+            hits = int(self.hot_rate * inside + self.cold_rate * dt)
+            self.p.account(dt, self.cpu * dt, hits, hits * self.ns_per_hit, hits)
+        if w:
+            self.p.window_done(int(self.hot_rate * w), w)
+        return w
+
+
+def planner(budget: float = 1.0, cost_us: float = 0.7, max_ms: float = 200) -> BudgetPlanner:
+    return BudgetPlanner(budget, cost_us * 1e-6, 1.0, max_ms / 1000)
+
+
+def test_first_window_is_a_short_probe_to_measure_the_rate() -> None:
+    p = planner()
+    assert p.next_window_s() == pytest.approx(PROBE_WINDOW_NS * 1e-9)
+
+
+@pytest.mark.parametrize(("cpu", "hot_rate"), [(1.0, 1e6), (2.0, 3e6), (0.5, 2e5)])
+def test_long_run_cost_stays_within_the_budget(cpu: float, hot_rate: float) -> None:
+    p = planner(budget=1.0)
+    t = FakeTarget(p, cpu, hot_rate, cold_rate=1000)
+    for _ in range(60):
+        t.period()
+    assert p.estimated_pct() <= 1.0 + 1e-6
+    assert p.estimated_pct() > 0.8  # and it is used, not wasted
+    assert 0 < t.open_s < 60 * 0.2
+
+
+def test_a_cheap_target_gets_full_windows() -> None:
+    p = planner(budget=1.0)
+    t = FakeTarget(p, cpu=1.0, hot_rate=1000)
+    ws = [t.period() for _ in range(5)]
+    assert ws[2:] == [pytest.approx(0.2)] * 3
+    assert p.estimated_pct() < 0.1
+
+
+def test_bpf_run_time_counts_in_the_cost_per_hit() -> None:
+    cheap, dear = planner(), planner()
+    tc = FakeTarget(cheap, 1.0, 1e6)
+    td = FakeTarget(dear, 1.0, 1e6, ns_per_hit=700)  # doubles the 0.7 us trap
+    for _ in range(30):
+        tc.period()
+        td.period()
+    assert dear.per_hit_s() == pytest.approx(1.4e-6)
+    assert td.open_s == pytest.approx(tc.open_s / 2, rel=0.15)
+    assert dear.estimated_pct() <= 1.0 + 1e-6
+
+
+def test_window_shrinks_to_none_when_cold_probes_eat_the_budget() -> None:
+    p = planner(budget=1.0)
+    # Cold probes alone cost 1.4% of the target: no hot window fits.
+    t = FakeTarget(p, cpu=1.0, hot_rate=1e6, cold_rate=20_000)
+    ws = [t.period() for _ in range(10)]
+    assert ws[0] > 0  # the probe window
+    assert all(w == 0 for w in ws[1:])
+
+
+def test_windows_below_the_minimum_are_skipped() -> None:
+    p = planner(budget=0.01)
+    t = FakeTarget(p, cpu=1.0, hot_rate=5e6)
+    ws = [t.period() for _ in range(10)]
+    assert all(w == 0 or w * 1e9 >= MIN_WINDOW_NS for w in ws)
+
+
+def test_a_burst_borrows_and_later_windows_repay_it() -> None:
+    p = planner(budget=1.0)
+    t = FakeTarget(p, cpu=1.0, hot_rate=1e6)
+    for _ in range(5):
+        t.period()
+    before = p.cost_s
+    assert p.allow_burst(0.5)  # 0.35 s of cost, within 60 s x 10 ms
+    t.period(burst_s=0.5)
+    assert p.cost_s - before > 0.3
+    skipped = [t.period() for _ in range(40)]
+    assert skipped[:30] == [0.0] * 30  # ~35 periods of earnings repay it
+    for _ in range(100):
+        t.period()
+    assert p.estimated_pct() <= 1.0 + 1e-6  # over the horizon the budget held
+    assert p.bursts == 1
+
+
+def test_a_burst_beyond_the_horizon_is_refused() -> None:
+    p = planner(budget=1.0)
+    t = FakeTarget(p, cpu=1.0, hot_rate=1e6)
+    for _ in range(3):
+        t.period()
+    assert not p.allow_burst(5.0)  # 3.5 s of cost > 60 s x 1% x 1 CPU
+
+
+def test_header_text() -> None:
+    from gmpmon.capture.budget import CostStatus
+
+    c = CostStatus(budget_pct=1.0, estimated_pct=0.8, recent_pct=0.84, cost_s=0.1,
+                   target_cpu_s=12.5, windows=3, covered_s=0.1, hit_cost_s=7e-7,
+                   bpf_ns_per_hit=300, overstays=0, worst_overstay_ns=0, bursts=0)
+    assert c.header_text() == "cost ~0.8% (budget 1%)"
+
+
+def test_budget_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        BudgetPlanner(0, 1e-6, 1.0, 0.2)
+
+
+def test_cost_events_give_the_summary_cost() -> None:
+    """COST events are cumulative: the summary takes the last one, with the windows the
+    model counted (a recording replays to the same document)."""
+    from gmpmon.events import Kind
+    from gmpmon.report import summary
+    from tests.unit.test_model_scenarios import ev, run
+
+    snap = run([
+        ev(0, Kind.WINDOW, a0=1, a1=5_000_000),
+        ev(5000, Kind.WINDOW, a0=0, a1=100_000),
+        ev(10_000, Kind.COST, m=1000, g=0, a0=1_000_000, a1=500_000_000),
+        ev(1_000_000, Kind.WINDOW, a0=1, a1=20_000_000),
+        ev(1_020_000, Kind.WINDOW, a0=0),
+        ev(1_100_000, Kind.COST, m=1000, g=1, a0=8_000_000, a1=1_000_000_000),
+    ], mode="default")
+    c = summary(snap)["cost"]
+    assert c == {"estimated_pct": 0.8, "budget_pct": 1.0, "windows": 2, "covered_s": 0.025,
+                 "cost_ns": 8_000_000, "target_cpu_ns": 1_000_000_000, "overstays": 1}
+    assert summary(run([], mode="full"))["cost"] is None
