@@ -55,6 +55,11 @@ def _chosen_command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if _chosen_command(argv) in ("attach", "run"):
+        from gmpmon import priority
+
+        # Until attached (the command restores it): see gmpmon/priority.py.
+        priority.BOOSTED = priority.boost()
     try:
         args = build_parser(_chosen_command(argv)).parse_args(argv)
         code: int = args.func(args)

@@ -81,6 +81,9 @@ COST               The budget controller's account, cumulative since attach: m =
                    thousandths of a percent, g = windows that overstayed their plan by more
                    than 50 ms, a0 = estimated CPU ns the probes cost the target, a1 = CPU ns
                    the target used.
+DROP               a0 = records dropped in user space since the previous DROP of that stage,
+                   a1 = the :class:`Stage` (reader queue full, cut at the end). Like LOST, the
+                   model forgets what it inferred from the missing records.
 =================  =============================================================================
 
 Runtime counters and the goroutine census (kinds 40-59; ``gmpmon/capture/runtime_counters.py``
@@ -181,6 +184,14 @@ class Kind(IntEnum):
     CENSUS_SITE = 53
     CENSUS_END = 54
     COST = 80  # the overhead budget (gmpmon.capture.hotctl), see below
+    DROP = 81  # records dropped in user space (bounded queues), see below
+
+
+class Stage(IntEnum):
+    """Where in user space a DROP happened (the kernel ring buffer's drops are LOST)."""
+
+    READER_QUEUE = 1  # capture -> model queue full: the model is behind
+    CUT_AT_END = 2  # --duration / Ctrl-C: what was still queued is not worked through
 
 
 # Counter table id ranges (same rule as KIND_RANGES: never reuse or renumber):

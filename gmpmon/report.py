@@ -53,7 +53,8 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
         "windows": {"count": snap.windows, "covered_ns": snap.windows_covered_ns},
         "cost": _cost(snap),
         "duration_s": round(max(0, snap.now - snap.start) / 1e9, 6),
-        "events": {"total": snap.events_total, "lost": snap.events_lost, "late": snap.late_events},
+        "events": {"total": snap.events_total, "lost": snap.events_lost, "late": snap.late_events,
+                   "dropped": dict(snap.dropped)},
         "illegal_transitions": snap.illegal_transitions,
         "procs": [
             {

@@ -16,12 +16,14 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.capture import Capture
-from gmpmon.events import Batch, Header
+from gmpmon.capture.pipeline import thin
+from gmpmon.events import Batch, Header, Stage
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.record import RecordingWriter
 
 SNAPSHOT_EVERY_S = 0.25
+CUT_AFTER_S = 0.3
 # Tests only: hold the GIL this long per batch, as a model far too slow for its input would.
 SLOW_MODEL_S = float(os.environ.get("GMPMON_DEBUG_SLOW_MODEL_MS", "0") or 0) / 1000
 
@@ -122,6 +124,7 @@ class LiveSession:
         self.error: BaseException | None = None
         self._outputs_lock = threading.Lock()
         self._outputs_claimed = False
+        self._cut_at = 0.0  # set by close(): batches taken after this are thinned, not modelled
 
     def claim_outputs(self) -> bool:
         """True exactly once: that caller writes the requested output files (at the target's
@@ -163,6 +166,9 @@ class LiveSession:
         if self._closed:
             return
         self._closed = True
+        # --duration / Ctrl-C end the run within a second whatever the backlog: what the
+        # model has not reached by then is cut (counted), not worked through.
+        self._cut_at = time.monotonic() + CUT_AFTER_S
         self.capture.stop()
         if self._thread is not None:
             self._thread.join()
@@ -213,6 +219,9 @@ class LiveSession:
                 else:
                     if batch is None:
                         break
+                    if self._cut_at and time.monotonic() > self._cut_at:
+                        events, _n = thin(batch.events, Stage.CUT_AT_END)
+                        batch = Batch(events, batch.stacks)
                 self._consume(batch)
                 now = time.monotonic()
                 if now >= next_snap:

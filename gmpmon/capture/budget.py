@@ -43,6 +43,7 @@ class CostStatus:
     overstays: int  # windows detached more than OVERSTAY_NS after their planned end
     worst_overstay_ns: int
     bursts: int
+    cut_short: int = 0  # windows closed early: their hits cost more than planned
 
     def header_text(self) -> str:
         return f"cost ~{self.recent_pct:.1f}% (budget {self.budget_pct:g}%)"

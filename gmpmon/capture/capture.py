@@ -13,7 +13,6 @@ import bisect
 import contextlib
 import dataclasses
 import os
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
 from gmpmon.capture.budget import CostStatus
 from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
+from gmpmon.capture.pipeline import BatchQueue
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
@@ -87,7 +87,7 @@ class Capture:
         self.target_exited = False
         self.exit_reason = ""  # "exited", or "exec'd another program"
         self._exe_id: tuple[int, int] | None = None  # (dev, ino) of the image we probe
-        self._q: queue.Queue[Batch | None] = queue.Queue(maxsize=512)
+        self._q = BatchQueue()  # bounded in events; drops counted (gmpmon/capture/pipeline.py)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending: list[EventTuple] = []
@@ -186,7 +186,7 @@ class Capture:
         """The next Batch; None at the end of the stream. Raises queue.Empty on timeout."""
         b = self._q.get(timeout=timeout)
         if b is None:
-            self._q.put(None)  # keep answering None
+            self._q.put_end()  # keep answering None
             if self._error is not None:
                 raise CaptureError(f"capture failed: {self._error}")
         return b
@@ -201,7 +201,7 @@ class Capture:
         finally:
             with contextlib.suppress(Exception):
                 self._detach_all_and_drain()
-            self._q.put(None)
+            self._q.put_end()
 
     def _loop(self) -> None:
         assert self.prog is not None

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from gmpmon.capture.sites import Site
 
 ACCOUNT_S = 0.1
+GUARD_S = 0.01  # while a window is open: how often its cost so far is checked
+GUARD_OVER = 1.5  # a window whose cost reaches this x its planned cost is closed early
 OVERSTAY_NS = 50_000_000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -87,6 +89,8 @@ class Controller:
         self.planned_end = 0
         self.opened = 0
         self.burst = ""
+        self.cost_cap_s = 0.0  # the open window is closed early once it has cost this much
+        self.cut_short = 0  # windows closed early by that guard
         self.overstays = 0
         self.worst_overstay = 0
         self.stats_fd = -1
@@ -142,6 +146,25 @@ class Controller:
         self.planned_end = now + window_ns
         self.burst = burst
         self._hot_at_open = self._hot_total()
+        self.cost_cap_s = GUARD_OVER * self.planned_cost(window_ns * 1e-9)
+
+    def planned_cost(self, window_s: float) -> float:
+        """What a window of this length should cost; before the hot rate is known, one
+        period's budget (of at least one CPU's time)."""
+        p = self.planner
+        assert p is not None
+        if p.hot_rate < 0:
+            return p.budget * max(p.cpu_rate, 1.0) * p.period_s
+        return p.window_cost_s(window_s)
+
+    def guard(self) -> None:
+        """Close the open window early if its hits already cost more than planned: the rate
+        it was sized with was wrong (the target sped up, or the first window's guess)."""
+        assert self.planner is not None
+        cost = (self._hot_total() - self._hot_at_open) * self.planner.per_hit_s()
+        if cost > self.cost_cap_s:
+            self.cut_short += 1
+            self.close_window()
 
     def close_window(self) -> None:
         if self.link < 0:
@@ -194,6 +217,7 @@ class Controller:
             cost_s=p.cost_s, target_cpu_s=p.target_cpu_s, windows=p.windows,
             covered_s=p.covered_s, hit_cost_s=p.hit_cost_s, bpf_ns_per_hit=p.ns_per_hit,
             overstays=self.overstays, worst_overstay_ns=self.worst_overstay, bursts=p.bursts,
+            cut_short=self.cut_short,
         )
 
     # --- the loop ------------------------------------------------------------------------
@@ -204,12 +228,17 @@ class Controller:
         t0 = time.monotonic_ns()
         next_period = t0
         next_account = t0 + int(ACCOUNT_S * 1e9)
+        next_guard = t0
         buf = b""
         while True:
             now = time.monotonic_ns()
             if self.link >= 0 and now >= self.planned_end:
                 self.close_window()
                 now = time.monotonic_ns()
+            elif self.link >= 0 and now >= next_guard:
+                self.guard()
+                now = time.monotonic_ns()
+                next_guard = now + int(GUARD_S * 1e9)
             if now >= next_account:
                 self.account()
                 next_account = now + int(ACCOUNT_S * 1e9)
@@ -218,7 +247,8 @@ class Controller:
                 if w > 0:
                     self.open_window(w)
                 next_period += period * max(1, (now - next_period) // period + 1)
-            wake = min(next_account, next_period if self.link < 0 else self.planned_end)
+            wake = min(next_account, next_period if self.link < 0 else
+                       min(self.planned_end, next_guard))
             timeout = max(wake - time.monotonic_ns(), 500_000) * 1e-9
             r, _, _ = select.select([inp], [], [], timeout)
             if not r:
@@ -247,6 +277,7 @@ class Controller:
             if self.link >= 0:  # extend the open window into the burst
                 self.planned_end = max(self.planned_end, time.monotonic_ns() + burst_ns)
                 self.burst = words[2]
+                self.cost_cap_s += GUARD_OVER * self.planned_cost(burst_ns * 1e-9)
             else:
                 self.open_window(burst_ns, words[2])
         return True

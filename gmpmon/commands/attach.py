@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TextIO
 
+from gmpmon import priority
 from gmpmon.capture.capture import MODES, running
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
 from gmpmon.files import check_output_path
@@ -116,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             with target_may_vanish(pid):
                 session.start()
+            priority.restore_boost()
         except BaseException:
             session.close()
             raise

@@ -16,6 +16,7 @@ import signal
 import threading
 from typing import Any
 
+from gmpmon import priority
 from gmpmon.commands.attach import (
     StopEvent,
     add_capture_options,
@@ -69,6 +70,8 @@ def spawn_stopped(argv: list[str]) -> tuple[int, int, int]:
         try:
             os.close(go_w)
             os.close(st_r)
+            if priority.BOOSTED is not None:  # the target runs at the nice gmpmon started with
+                os.setpriority(os.PRIO_PROCESS, 0, priority.BOOSTED)
             if os.read(go_r, 1) != b"x":
                 os._exit(127)
             os.close(go_r)
@@ -112,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         with stop_signals() as stop:
             try:
                 session.start()
+                priority.restore_boost()
                 os.write(go_fd, b"x")
                 released = True
                 os.close(go_fd)

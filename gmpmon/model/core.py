@@ -108,6 +108,9 @@ def _lock_kind_name(kind: int) -> str:
     return LOCK_KIND_NAMES.get(kind, f"lockkind({kind})")
 
 MAX_PROCS = 1 << 14  # P ids at or above this are treated as corrupt input
+MAX_SPANS_TOTAL = 200_000  # closed P spans kept, all Ps together (~100 bytes each)
+SNAPSHOT_SPANS_TOTAL = 16_000  # spans a Snapshot carries, all Ps together
+
 # Kinds whose handlers check LEGAL_G through _g_to (EXECUTE, PARK and READY inline it).
 K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
 K_SYSCALL_ENTER, K_SYSCALL_EXIT, K_PREEMPTED = (
@@ -240,8 +243,11 @@ class Model:
         self.reorder_ns = reorder_ns
         self.max_goroutines = max_goroutines
         self.goroutine_view = goroutine_view
-        self.max_spans = max_spans
-        self.snapshot_spans = snapshot_spans
+        # Memory and snapshot time bounded whatever GOMAXPROCS: the per-P span lists share
+        # fixed totals (unchanged up to 10 / 8 Ps; 256 Ps get 1,000 spans each, 64 per view).
+        nprocs = max(header.gomaxprocs, 1)
+        self.max_spans = max(1_000, min(max_spans, MAX_SPANS_TOTAL // nprocs))
+        self.snapshot_spans = max(64, min(snapshot_spans, SNAPSHOT_SPANS_TOTAL // nprocs))
         # Exporters that need every span (perfetto) get each closed span here.
         self.on_span = on_span
         self.stacks: dict[int, tuple[str, ...]] = {}
@@ -351,6 +357,7 @@ class Model:
             (Kind.WINDOW, self._on_window),
             *self.runtime.handlers(),
             (Kind.COST, self.cost.on_cost),
+            (Kind.DROP, self._on_drop),
         ):
             handlers[kind] = fn
         # Kinds only the hot (duty-cycled) probes emit. Between a WINDOW 0 and the next
@@ -364,7 +371,7 @@ class Model:
 
         self._void_p = _P(-1, 0, 1)
         for pid in range(min(max(header.gomaxprocs, 0), MAX_PROCS)):
-            self._procs[pid] = _P(pid, 0, max_spans)
+            self._procs[pid] = _P(pid, 0, self.max_spans)
 
     # ------------------------------------------------------------------ input
 
@@ -858,6 +865,10 @@ class Model:
         for pp in self._procs.values():
             self._p_to(pp, ts, P_UNKNOWN, 0)
 
+    def _on_drop(self, e: EventTuple) -> None:
+        self.cost.on_drop(e)
+        self._reset_states(e[0])
+
     def _on_lost(self, e: EventTuple) -> None:
         self.events_lost += e[5]
         self._reset_states(e[0])
@@ -1104,6 +1115,7 @@ class Model:
             windows=self.windows,
             windows_covered_ns=covered,
             cost=self.cost.summary(),
+            dropped=self.cost.dropped_by_stage(),
             gosched=self.gosched,
             late_events=self.late_events,
             stw_reasons={

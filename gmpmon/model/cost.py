@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gmpmon.events import EventTuple
+from gmpmon.events import EventTuple, Stage
 
 
 @dataclass(frozen=True)
@@ -21,10 +21,18 @@ class CostSummary:
 
 
 class CostTracker:
-    """Keeps the newest COST event (its values are cumulative)."""
+    """Keeps the newest COST event (its values are cumulative) and counts DROP events."""
 
     def __init__(self) -> None:
         self.last: EventTuple | None = None
+        self.dropped: dict[int, int] = {}  # Stage -> records
+
+    def on_drop(self, e: EventTuple) -> None:
+        self.dropped[e[6]] = self.dropped.get(e[6], 0) + e[5]
+
+    def dropped_by_stage(self) -> dict[str, int]:
+        names = {int(s): s.name.lower() for s in Stage}
+        return {names.get(k, str(k)): n for k, n in sorted(self.dropped.items())}
 
     def on_cost(self, e: EventTuple) -> None:
         self.last = e

@@ -180,3 +180,4 @@ class Snapshot:
     # the capture had neither (older recordings).
     runtime: RuntimeView | None = None
     cost: CostSummary | None = None  # default mode's budget controller (COST events)
+    dropped: dict[str, int] = field(default_factory=dict)  # user-space drops by stage (DROP)

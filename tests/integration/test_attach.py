@@ -204,8 +204,10 @@ def test_default_mode_duty_cycles_the_hot_probes(tmp_path: Path, mode: str) -> N
     try:
         target.wait_line("ready")
         summary = tmp_path / "s.json"
+        # A sleeper uses ~4% of a CPU: at the default 1% budget its windows would be a few
+        # ms, too short to see reliably from here.
         gm = attach(target.p.pid, "--mode", mode, "--duration", "2.5", "--window-ms", "100",
-                    "--period-ms", "500", "--summary-json", str(summary))
+                    "--period-ms", "500", "--budget", "100", "--summary-json", str(summary))
         gm.wait_line("Tracing Go scheduler of PID")
         seen = set()
         end = time.monotonic() + 1.5

@@ -1,0 +1,72 @@
+"""The bounded queue between the ring reader and the model, and what is dropped when full.
+
+Memory is bounded by design: the queue holds at most MAX_QUEUED_EVENTS events (~50 bytes of
+tuple each plus 7 ints, ~30 MB at the bound). When the model falls that far behind, the
+reader does not block (a blocked reader lets the kernel ring buffer overflow, and makes the
+end of a run wait for the backlog): it drops the per-event records of the batch at hand,
+keeps what aggregates and bookkeeping need (COUNTER deltas, WINDOW, COST, LOST, STW, mutex
+waits...), and says how many it dropped in a DROP event, so that the model forgets what the
+missing records would have changed and the summary counts them where they were dropped.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from gmpmon.events import Batch, EventTuple, Kind, Stage
+
+MAX_QUEUED_EVENTS = 250_000
+MAX_QUEUED_BATCHES = 4096  # ~40 s of 10-ms polls: the event bound comes first
+
+# Per-event records that only rebuild state and timelines (dropping them loses detail, never
+# a total): the hot probes' and the sampler's.
+DROPPABLE = frozenset(int(k) for k in (
+    Kind.EXECUTE, Kind.SCHED, Kind.PARK, Kind.READY, Kind.GO_CREATE, Kind.GO_EXIT,
+    Kind.SYSCALL_ENTER, Kind.SYSCALL_EXIT, Kind.PREEMPTED, Kind.STEAL, Kind.P_IDLE,
+    Kind.P_SAMPLE, Kind.SCHED_SAMPLE,
+))
+
+
+def thin(events: list[EventTuple], stage: Stage) -> tuple[list[EventTuple], int]:
+    """``events`` without the droppable records, plus a DROP event counting them (if any);
+    and how many were dropped."""
+    kept = [e for e in events if e[1] not in DROPPABLE]
+    n = len(events) - len(kept)
+    if n:
+        kept.append((events[-1][0], int(Kind.DROP), -1, 0, 0, n, int(stage)))
+    return kept, n
+
+
+class BatchQueue:
+    """Batches from one producer (the reader) to one consumer (the model), bounded in
+    events; ``put`` does not wait for a slow consumer (only past MAX_QUEUED_BATCHES tiny
+    batches, which the event bound makes unreachable in practice)."""
+
+    def __init__(self, max_events: int = MAX_QUEUED_EVENTS) -> None:
+        self.max_events = max_events
+        self._q: queue.Queue[Batch | None] = queue.Queue(maxsize=MAX_QUEUED_BATCHES)
+        self._lock = threading.Lock()
+        self.queued = 0  # events in the queue now
+        self.dropped = 0  # records dropped because it was full
+
+    def put(self, b: Batch) -> None:
+        with self._lock:
+            fits = self.queued == 0 or self.queued + len(b.events) <= self.max_events
+        if not fits:
+            events, n = thin(b.events, Stage.READER_QUEUE)
+            self.dropped += n
+            b = Batch(events, b.stacks)
+        with self._lock:
+            self.queued += len(b.events)
+        self._q.put(b)
+
+    def put_end(self) -> None:
+        self._q.put(None)
+
+    def get(self, timeout: float | None = None) -> Batch | None:
+        b = self._q.get(timeout=timeout)
+        if b is not None:
+            with self._lock:
+                self.queued -= len(b.events)
+        return b
