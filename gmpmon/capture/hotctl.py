@@ -329,7 +329,8 @@ class WindowFact:
 def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
                window_ns: int, period_ns: int) -> HotConfig:
     """The controller's config for this program's hot sites."""
-    from gmpmon.capture.bpfprog import BPF_TRACE_UPROBE_MULTI, HANDLERS
+    from gmpmon.capture.bpfprog import BPF_TRACE_UPROBE_MULTI
+    from gmpmon.probetable import HANDLERS
 
     fn = prog.bpf.load_func(b"gmpmon_probe", prog._kprobe_type, None, BPF_TRACE_UPROBE_MULTI)
     offsets = []
@@ -338,7 +339,7 @@ def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
         if off is None:
             raise CaptureError(f"{s.role} at {s.addr:#x} is outside the file's segments")
         offsets.append(off)
-    cookies = [HANDLERS.index(s.fn_name[7:]) for s in sites]
+    cookies = [s.hid for s in sites]
     hit_cost = float(os.environ.get("GMPMON_HIT_COST_US", "0") or 0) * 1e-6
     return HotConfig(
         prog_fd=fn.fd, hits_fd=prog.bpf[b"hits"].map_fd, cfg_fd=prog.bpf[b"cfg"].map_fd,

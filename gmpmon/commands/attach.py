@@ -50,15 +50,14 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
         help="headless: one line every S seconds (default: %(default)s)",
     )
     p.add_argument(
-<<<<<<< HEAD
         "--census-interval", type=float, default=1.0, metavar="S",
         help="walk all goroutines (the census) at most every S seconds; 0 = never "
         "(default: %(default)s)",
-=======
+    )
+    p.add_argument(
         "--budget", type=float, default=1.0, metavar="PCT",
         help="default mode: keep what the hot probes cost the target within PCT%% of its CPU "
         "time; windows are sized (down to none) to fit (default: %(default)s)",
->>>>>>> 3e08171 (default mode keeps a cost budget: a controller process sizes hot windows from calibrated hit cost, BPF run time and the target's CPU time)
     )
     p.add_argument("--window-ms", type=int, default=200, help=argparse.SUPPRESS)
     p.add_argument("--period-ms", type=int, default=1000, help=argparse.SUPPRESS)
@@ -82,13 +81,10 @@ def check_capture_args(args: argparse.Namespace) -> None:
         raise UsageError("--duration must be positive")
     if args.interval <= 0:
         raise UsageError("--interval must be positive")
-<<<<<<< HEAD
     if args.census_interval < 0:
         raise UsageError("--census-interval must be 0 (off) or positive")
-=======
     if not (0 < args.budget <= 100):
         raise UsageError("--budget must be in (0, 100]")
->>>>>>> 3e08171 (default mode keeps a cost budget: a controller process sizes hot windows from calibrated hit cost, BPF run time and the target's CPU time)
     if not (0 < args.window_ms <= args.period_ms):
         raise UsageError("need 0 < --window-ms <= --period-ms")
     for path in (args.record, args.summary_json, args.folded):
@@ -107,11 +103,7 @@ def run(args: argparse.Namespace) -> int:
         info = load_pid(pid)
         session = LiveSession(
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
-<<<<<<< HEAD
-            record=args.record, census_s=args.census_interval,
-=======
-            budget_pct=args.budget, record=args.record,
->>>>>>> 3e08171 (default mode keeps a cost budget: a controller process sizes hot windows from calibrated hit cost, BPF run time and the target's CPU time)
+            budget_pct=args.budget, record=args.record, census_s=args.census_interval,
         )
     with stop_signals() as stop:
         try:

@@ -104,13 +104,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         session = LiveSession(
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
-<<<<<<< HEAD
-            record=args.record, gomaxprocs=_gomaxprocs_for_child(), before_exec=True,
-            census_s=args.census_interval,
-=======
             budget_pct=args.budget, record=args.record, gomaxprocs=_gomaxprocs_for_child(),
-            before_exec=True,
->>>>>>> 3e08171 (default mode keeps a cost budget: a controller process sizes hot windows from calibrated hit cost, BPF run time and the target's CPU time)
+            before_exec=True, census_s=args.census_interval,
         )
         with stop_signals() as stop:
             try:

@@ -46,8 +46,8 @@ from gmpmon.events import (
     LockKind,
 )
 from gmpmon.model import hist as h
-from gmpmon.model.runtime import RuntimePart
 from gmpmon.model.cost import CostTracker
+from gmpmon.model.runtime import RuntimePart
 from gmpmon.model.snapshot import (
     LOCK_KIND_NAMES,
     GoroutineView,
