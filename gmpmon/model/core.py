@@ -109,7 +109,7 @@ def _lock_kind_name(kind: int) -> str:
 
 MAX_PROCS = 1 << 14  # P ids at or above this are treated as corrupt input
 MAX_SPANS_TOTAL = 200_000  # closed P spans kept, all Ps together (~100 bytes each)
-SNAPSHOT_SPANS_TOTAL = 16_000  # spans a Snapshot carries, all Ps together
+SNAPSHOT_SPANS_TOTAL = 128_000  # spans a Snapshot carries, all Ps together
 
 # Kinds whose handlers check LEGAL_G through _g_to (EXECUTE, PARK and READY inline it).
 K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
@@ -244,7 +244,7 @@ class Model:
         self.max_goroutines = max_goroutines
         self.goroutine_view = goroutine_view
         # Memory and snapshot time bounded whatever GOMAXPROCS: the per-P span lists share
-        # fixed totals (unchanged up to 10 / 8 Ps; 256 Ps get 1,000 spans each, 64 per view).
+        # fixed totals (unchanged up to 10 / 64 Ps; 256 Ps get 1,000 spans each, 500 per view).
         nprocs = max(header.gomaxprocs, 1)
         self.max_spans = max(1_000, min(max_spans, MAX_SPANS_TOTAL // nprocs))
         self.snapshot_spans = max(64, min(snapshot_spans, SNAPSHOT_SPANS_TOTAL // nprocs))
