@@ -98,4 +98,8 @@ class BinaryInfo:
     # Present is not proven: validate_layout() checks them against the live process.
     globals: dict[str, int] = field(default_factory=dict)
     global_how: dict[str, str] = field(default_factory=dict)
-    global_sizes: dict[str, int] = field(default_factory=dict)
+    global_sizes: dict[str, int] = field(default_factory=dict)  # 0: only the address known
+    globals_missing: dict[str, str] = field(default_factory=dict)  # name -> why not found
+    # offsets_source "table": whose table ("1.27"); differs from go_minor for a Go release
+    # newer than the table (then trusted only after validate_layout on the live process).
+    offsets_table: str = ""

@@ -195,7 +195,35 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
             "no jcc after runqsteal's call to runqgrab: the number stolen needs runqgrab's RETs"
         )
 
-    found = find_globals(funcs.globals)
+    tab = table.table_for(minor)
+    tab_minor = minor
+    offsets = dwarf.read_offsets(data, path)
+    has_dwarf = offsets is not None
+    known = table.table_minors()
+    if tab is None and known and minor > int(known[-1].split(".")[1]):
+        # Newer than every table: with DWARF its offsets are used; without, the newest
+        # table's, and only on a process where validate_layout() holds (capture refuses
+        # otherwise). The enum names come from the newest table either way.
+        tab_minor = int(known[-1].split(".")[1])
+        tab = table.table_for(tab_minor)
+        if not has_dwarf:
+            missing["offsets"] = (
+                f"{version} is newer than gmpmon's offsets table (newest go{known[-1]}): "
+                f"go{known[-1]}'s offsets are used only if they validate on the live process"
+            )
+    if offsets is None:
+        if tab is None:
+            raise UnsupportedError(
+                f"{path}: no DWARF and no offsets table for {version} "
+                f"(table has: {', '.join(known) or 'none'})",
+                hint="rebuild without -ldflags=-w, or run scripts/gen-offsets-table",
+            )
+        offsets = {k: int(v) for k, v in tab["offsets"].items()}
+    offsets_source = "dwarf" if has_dwarf else "table"
+
+    found, not_found = find_globals(
+        elf, funcs.globals, funcs.resolve, funcs.functab.lookup, offsets
+    )
     for g, f in found.items():
         if f.how == "symtab":
             symbols[g], sizes[g] = f.addr, f.size
@@ -208,19 +236,6 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
         )
     if "runtime.sched" not in found:
         missing["global_runq"] = "runtime.sched not found: the global run queue length is unknown"
-
-    tab = table.table_for(minor)
-    offsets = dwarf.read_offsets(data, path)
-    has_dwarf = offsets is not None
-    if offsets is None:
-        if tab is None:
-            known = ", ".join(table.table_minors()) or "none"
-            raise UnsupportedError(
-                f"{path}: no DWARF and no offsets table for {version} (table has: {known})",
-                hint="rebuild without -ldflags=-w, or run scripts/gen-offsets-table",
-            )
-        offsets = {k: int(v) for k, v in tab["offsets"].items()}
-    offsets_source = "dwarf" if has_dwarf else "table"
 
     def strings(sym: str, key: str) -> tuple[str, ...]:
         f = found.get(sym)
@@ -264,6 +279,8 @@ def _load_elf(data: bytes, path: str) -> BinaryInfo:
         globals={g: f.addr for g, f in found.items()},
         global_how={g: f.how for g, f in found.items()},
         global_sizes={g: f.size for g, f in found.items()},
+        globals_missing=not_found,
+        offsets_table="" if has_dwarf else f"1.{tab_minor}",
     )
 
 

@@ -24,8 +24,25 @@ OLD_MAGICS = {0xFFFFFFFB: "1.2-1.15", 0xFFFFFFFA: "1.16-1.17"}
 MODULEDATA_TEXT_OFFSET = 176
 
 
-def text_start_from_moduledata(elf: Elf, pcln_addr: int) -> int | None:
-    """moduledata.text, found through moduledata's first field (the pcHeader pointer)."""
+# moduledata (runtime/symtab.go), the same in 1.19-1.27 up to ``bss``'s end: after the
+# pcHeader pointer and six slices, findfunctab, minpc, maxpc, then these uintptr pairs.
+MODULEDATA_RANGES: dict[str, int] = {
+    "text": 176,
+    "etext": 184,
+    "noptrdata": 192,
+    "enoptrdata": 200,
+    "data": 208,
+    "edata": 216,
+    "bss": 224,
+    "ebss": 232,
+    "noptrbss": 240,
+    "enoptrbss": 248,
+}
+
+
+def find_moduledata(elf: Elf, pcln_addr: int) -> int | None:
+    """Address of firstmoduledata, through its first field (the pcHeader pointer), checked
+    by its text field lying in .text."""
     needle = struct.pack("<Q", pcln_addr)
     for name in (".go.module", ".noptrdata", ".data.rel.ro", ".data"):
         sec = elf.section(name)
@@ -51,14 +68,48 @@ def text_start_from_moduledata(elf: Elf, pcln_addr: int) -> int | None:
                 continue
             txt = elf.section(".text")
             if txt is None or txt.addr <= text < txt.addr + txt.size:
-                return text
+                return md
     return None
+
+
+def text_start_from_moduledata(elf: Elf, pcln_addr: int) -> int | None:
+    """moduledata.text."""
+    md = find_moduledata(elf, pcln_addr)
+    return None if md is None else elf.read_ptr(md + MODULEDATA_TEXT_OFFSET)
+
+
+def moduledata_ranges(elf: Elf) -> dict[str, tuple[int, int]] | None:
+    """{"noptrdata": (start, end), "data": ..., "bss": ..., "noptrbss": ...} from moduledata,
+    or None when it cannot be found or its ranges are not ordered inside the file's image."""
+    sec = elf.section(pclntab_section(elf))
+    if sec is None:
+        return None
+    md = find_moduledata(elf, sec.addr)
+    if md is None:
+        return None
+    try:
+        v = {k: elf.read_ptr(md + off) for k, off in MODULEDATA_RANGES.items()}
+    except BinaryFormatError:
+        return None
+    out = {k: (v[k], v["e" + k]) for k in ("noptrdata", "data", "bss", "noptrbss")}
+    if any(not 0 < a <= b for a, b in out.values()):
+        return None
+    return out
+
+
+def pclntab_section(elf: Elf) -> str:
+    """Internally linked PIEs of Go <= 1.25 name it .data.rel.ro.gopclntab."""
+    for name in (".gopclntab", ".data.rel.ro.gopclntab"):
+        if elf.section(name) is not None:
+            return name
+    return ".gopclntab"
 
 
 def read_pclntab(elf: Elf) -> list[tuple[str, int, int]]:
     """[(name, entry, end)] for every function, in pclntab (address) order."""
-    sec = elf.section(".gopclntab")
-    data = elf.section_data(".gopclntab")
+    name = pclntab_section(elf)
+    sec = elf.section(name)
+    data = elf.section_data(name)
     if sec is None or data is None:
         raise BinaryFormatError(f"{elf.path}: no .gopclntab section")
     if len(data) < 72:

@@ -1,0 +1,326 @@
+"""Finding the runtime's globals in the code of a `-s -w` build (no .symtab, no DWARF).
+
+.gopclntab still names every function and its entry. A few runtime functions touch each
+global in a way no other variable is touched there; the global's address is the RIP-relative
+operand of that instruction. Each finder is one such rule, on one function, verified on the
+Go versions listed (HACKING.md "Finding globals in stripped binaries";
+tests/unit/test_globals.py compares every address with .symtab of the same program built
+without -s -w). A candidate must also lie in moduledata's data/bss ranges (pointer-holding
+globals in data/bss, plain numbers in noptrdata/noptrbss) or it is dropped.
+
+The decoder is a straight-line tracker: ``lea reg, [rip+X]`` / ``mov reg, [rip+X]`` /
+``mov reg, imm`` are remembered per 64-bit register until the register is written again, a
+call or jump, or a branch target; ``xchg [reg], r`` and ``lock xadd [reg], r`` are then
+atomic stores/adds to X. That is how Go compiles ``atomic.Store*(&global, v)`` and
+``global.Add(n)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import capstone
+from capstone import x86
+
+_MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+_MD.detail = True
+
+# Version range every rule below was checked on (tests/unit/test_globals.py, the full matrix).
+VERIFIED = "1.19, 1.21-1.27"
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """One RIP-relative data access (or atomic through a lea'd register) in a function."""
+
+    off: int  # instruction offset in the function
+    target: int  # link-time address
+    kind: str  # "load" | "store" | "lea" | "cmp" | "xchg" | "xadd" | "other"
+    size: int  # operand size in bytes (8 for lea)
+    value: tuple[str, int] | None = None  # xchg/xadd: what the source register held
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    name: str
+    entry: int
+    refs: tuple[Ref, ...]
+    calls: tuple[tuple[int, int], ...]  # (offset, target) of each direct call
+
+    def slices(self) -> dict[int, int]:
+        """Slice headers: base B with qword accesses at B, B+8 and B+16 and a store to one
+        of them (a global slice that is assigned here) -> number of accesses to it."""
+        q = {r.target for r in self.refs if r.size == 8}
+        stored = {r.target for r in self.refs if r.kind in ("store", "xchg")}
+        out: dict[int, int] = {}
+        for b in q:
+            if b + 8 in q and b + 16 in q and stored & {b, b + 8, b + 16}:
+                out[b] = sum(1 for r in self.refs if b <= r.target < b + 24)
+        return out
+
+    def first_ref(self, target: int) -> int:
+        return min(r.off for r in self.refs if r.target == target)
+
+
+_REG64: dict[str, str] = {}
+for _n in ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp"):
+    for _v in (f"r{_n}", f"e{_n}", _n, f"{_n[0]}l" if _n[1] == "x" else f"{_n}l"):
+        _REG64[_v] = f"r{_n}"
+for _i in range(8, 16):
+    for _v in (f"r{_i}", f"r{_i}d", f"r{_i}w", f"r{_i}b"):
+        _REG64[_v] = f"r{_i}"
+
+
+def _r64(md: Any, reg: int) -> str:
+    name: str = md.reg_name(reg) or ""
+    return _REG64.get(name, name)
+
+
+def decode(name: str, entry: int, code: bytes) -> Decoded:
+    insns = list(_MD.disasm(code, entry))
+    targets: set[int] = set()
+    for ins in insns:
+        ops = ins.operands
+        if ins.group(capstone.CS_GRP_JUMP) and ops and ops[0].type == x86.X86_OP_IMM:
+            targets.add(ops[0].imm)
+    regs: dict[str, tuple[str, int]] = {}  # r64 -> ("addr"|"load"|"imm", value)
+    refs: list[Ref] = []
+    calls: list[tuple[int, int]] = []
+    for ins in insns:
+        off = ins.address - entry
+        if ins.address in targets:
+            regs.clear()
+        mn = ins.mnemonic.removeprefix("lock ")
+        ops = ins.operands
+        if ins.group(capstone.CS_GRP_CALL):
+            if ops and ops[0].type == x86.X86_OP_IMM:
+                calls.append((off, ops[0].imm))
+            regs.clear()
+            continue
+        if ins.group(capstone.CS_GRP_JUMP) or ins.group(capstone.CS_GRP_RET):
+            regs.clear()
+            continue
+        rip = [
+            o for o in ops if o.type == x86.X86_OP_MEM and o.mem.base == x86.X86_REG_RIP
+        ]
+        new: tuple[str, int] | None = None
+        if rip:
+            o = rip[0]
+            target = ins.address + ins.size + o.mem.disp
+            if mn == "lea":
+                kind, new = "lea", ("addr", target)
+            elif mn in ("mov", "movsxd", "movzx") and ops[0].type == x86.X86_OP_REG:
+                kind, new = "load", ("load", target)
+            elif mn == "mov":
+                kind = "store"
+            elif mn == "cmp":
+                kind = "cmp"
+            elif mn == "xchg":
+                kind = "xchg"
+            else:
+                kind = "other"
+            refs.append(Ref(off, target, kind, 8 if mn == "lea" else o.size))
+        elif mn in ("xchg", "xadd") and len(ops) == 2 and ops[0].type == x86.X86_OP_MEM:
+            m = ops[0].mem
+            base = _r64(_MD, m.base) if m.base else ""
+            held = regs.get(base)
+            if held and held[0] == "addr" and m.index == 0 and m.disp == 0:
+                src = regs.get(_r64(_MD, ops[1].reg)) if ops[1].type == x86.X86_OP_REG else None
+                refs.append(Ref(off, held[1], mn, ops[0].size, src))
+        elif mn == "mov" and len(ops) == 2 and ops[0].type == x86.X86_OP_REG and (
+            ops[1].type == x86.X86_OP_IMM
+        ):
+            new = ("imm", ops[1].imm & 0xFFFFFFFF if ops[0].size == 4 else ops[1].imm)
+        try:
+            _read, written = ins.regs_access()
+        except capstone.CsError:
+            regs.clear()
+            continue
+        for w in written:
+            regs.pop(_r64(_MD, w), None)
+        if new is not None and ops and ops[0].type == x86.X86_OP_REG:
+            regs[_r64(_MD, ops[0].reg)] = new
+    return Decoded(name, entry, tuple(refs), tuple(calls))
+
+
+# -- the rules ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a rule may look at: decoded functions (by pclntab name), names of call targets,
+    and the struct offsets in use (sched is found through one of its fields)."""
+
+    function: Callable[[str], Decoded | None]
+    name_at: Callable[[int], str | None]
+    offsets: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    addr: int
+    function: str
+    off: int  # offset of the deciding instruction
+    note: str = ""
+
+    @property
+    def how(self) -> str:
+        return f"disasm {self.function}+{self.off:#x}" + (f" ({self.note})" if self.note else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Finder:
+    name: str
+    rule: str
+    pointers: bool  # holds pointers: must be in data/bss (else noptrdata/noptrbss)
+    find: Callable[[Context], Hit | None]
+    needs: tuple[str, ...] = field(default=())  # other globals it builds on
+
+
+def _one(cands: list[Any]) -> Any | None:
+    return cands[0] if len(set(cands)) == 1 else None
+
+
+def _allp(ctx: Context) -> Hit | None:
+    d = ctx.function("runtime.procresize")
+    if d is None:
+        return None
+    sl = d.slices()
+    if not sl:
+        return None
+    best = max(sl.values())
+    top = [b for b, n in sl.items() if n == best]
+    if len(top) != 1:
+        return None
+    return Hit(top[0], d.name, d.first_ref(top[0]))
+
+
+def _gomaxprocs(ctx: Context) -> Hit | None:
+    d = ctx.function("runtime.procresize")
+    if d is None:
+        return None
+    loaded = {r.target for r in d.refs if r.kind == "load" and r.size == 4}
+    hits = [r for r in d.refs if r.kind == "xchg" and r.size == 4 and r.target in loaded]
+    h = _one([r.target for r in hits])
+    return None if h is None else Hit(h, d.name, hits[0].off)
+
+
+def _ncpu(ctx: Context) -> Hit | None:
+    d = ctx.function("runtime.osinit")
+    if d is None:
+        return None
+    for off, target in d.calls:
+        if ctx.name_at(target) in ("runtime.getproccount", "runtime.getCPUCount"):
+            after = [r for r in d.refs if r.off > off]
+            if after and after[0].kind == "store" and after[0].size == 4:
+                return Hit(after[0].target, d.name, after[0].off)
+            return None
+    return None
+
+
+def _allgs(ctx: Context) -> Hit | None:
+    d = ctx.function("runtime.allgadd")
+    if d is None:
+        return None
+    sl = d.slices()
+    if len(sl) != 1:
+        return None
+    (b,) = sl
+    return Hit(b, d.name, d.first_ref(b))
+
+
+def _allglen(ctx: Context) -> Hit | None:
+    d = ctx.function("runtime.allgadd")
+    allgs = _allgs(ctx)
+    if d is None or allgs is None:
+        return None
+    hits = [
+        r
+        for r in d.refs
+        if r.kind == "xchg" and r.size == 8 and r.value == ("load", allgs.addr + 8)
+    ]
+    h = _one([r.target for r in hits])
+    return None if h is None else Hit(h, d.name, hits[0].off)
+
+
+def _allm(ctx: Context) -> Hit | None:
+    d = ctx.function("runtime.mcommoninit")
+    if d is None:
+        return None
+    loaded = {r.target for r in d.refs if r.kind == "load" and r.size == 8}
+    hits = [r for r in d.refs if r.kind == "xchg" and r.size == 8 and r.target in loaded]
+    h = _one([r.target for r in hits])
+    return None if h is None else Hit(h, d.name, hits[0].off)
+
+
+def _sched(ctx: Context) -> Hit | None:
+    off = ctx.offsets.get("runtime.schedt.npidle")
+    if off is None:
+        return None
+    found: list[Hit] = []
+    for fn, delta in (("runtime.pidleput", 1), ("runtime.pidleget", 0xFFFFFFFF)):
+        d = ctx.function(fn)
+        if d is None:
+            continue
+        hits = [r for r in d.refs if r.kind == "xadd" and r.size == 4 and r.value == ("imm", delta)]
+        t = _one([r.target for r in hits])
+        if t is None:
+            return None  # the function is there but the rule does not hold: don't guess
+        found.append(Hit(t - off, d.name, hits[0].off))
+    if not found or len({h.addr for h in found}) != 1:
+        return None
+    return found[0]
+
+
+FINDERS: tuple[Finder, ...] = (
+    Finder(
+        "runtime.allp",
+        "procresize: the slice header (qword accesses at B, B+8, B+16, one of them stored) "
+        "accessed most often",
+        True,
+        _allp,
+    ),
+    Finder(
+        "runtime.gomaxprocs",
+        "procresize: the dword it reads (old := gomaxprocs) and later atomically stores "
+        "with xchg through a lea",
+        False,
+        _gomaxprocs,
+    ),
+    Finder(
+        "runtime.ncpu",
+        "osinit: the dword stored right after `call getproccount` (<=1.24) or "
+        "`call getCPUCount` (1.25+, numCPUStartup)",
+        False,
+        _ncpu,
+    ),
+    Finder(
+        "runtime.allgs",
+        "allgadd: the only slice header it assigns (allgs = append(allgs, gp))",
+        True,
+        _allgs,
+    ),
+    Finder(
+        "runtime.allglen",
+        "allgadd: the qword target of the xchg whose value was just loaded from len(allgs)",
+        False,
+        _allglen,
+        ("runtime.allgs",),
+    ),
+    Finder(
+        "runtime.allm",
+        "mcommoninit: the qword it reads (mp.alllink = allm) and stores with xchg "
+        "(atomicstorep(&allm, mp))",
+        True,
+        _allm,
+    ),
+    Finder(
+        "runtime.sched",
+        "pidleput / pidleget: the dword target of `lock xadd` of +1 / -1 through a lea is "
+        "sched.npidle; sched = it - offset(schedt.npidle); both must agree",
+        True,
+        _sched,
+    ),
+)
