@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import struct
 import threading
 import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.capture import Capture
 from gmpmon.capture.pipeline import thin
+from gmpmon.capture.sampler import check_layout
 from gmpmon.events import Batch, Header, Stage
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
@@ -36,21 +36,13 @@ def hog_gil(seconds: float) -> None:
 
 
 def read_gomaxprocs(info: BinaryInfo, pid: int) -> int:
-    """runtime.gomaxprocs from the target's memory; when it was not found, what Go would pick
+    """runtime.gomaxprocs from the target's memory, once validated; else what Go would pick
     (GOMAXPROCS from the environment, else the CPUs the process may run on)."""
-    addr = info.globals.get("runtime.gomaxprocs")
-    if addr is not None:
-        try:
-            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
-            try:
-                raw = os.pread(fd, 4, addr + info.load_bias)
-            finally:
-                os.close(fd)
-            n: int = struct.unpack("<i", raw)[0]
-            if 0 < n <= 4096:
-                return n
-        except OSError:
-            pass
+    if "runtime.gomaxprocs" in info.globals:
+        with contextlib.suppress(OSError):
+            layout = check_layout(info, pid, ("procs",))  # never a number from unchecked reads
+            if layout.gomaxprocs:
+                return layout.gomaxprocs
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             for kv in f.read().split(b"\0"):

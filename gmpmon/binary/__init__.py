@@ -14,6 +14,7 @@ from typing import Any
 from gmpmon.binary.info import BinaryInfo, FuncTab, ProbeSite
 from gmpmon.binary.load import load, load_elf
 from gmpmon.binary.target import load_pid
+from gmpmon.binary.validate import offsets_origin
 
 __all__ = ["BinaryInfo", "FuncTab", "ProbeSite", "load", "load_elf", "load_pid", "to_json"]
 
@@ -54,6 +55,8 @@ def to_json(info: BinaryInfo) -> dict[str, Any]:
         "stripped": info.stripped,
         "dwarf": info.dwarf,
         "offsets_source": info.offsets_source,
+        "offsets_table": info.offsets_table,
+        "offsets_origin": offsets_origin(info),
         "symbols": {k: _hex(v) for k, v in sorted(info.symbols.items())},
         "symbol_sizes": dict(sorted(info.symbol_sizes.items())),
         "offsets": dict(sorted(info.offsets.items())),
@@ -61,6 +64,7 @@ def to_json(info: BinaryInfo) -> dict[str, Any]:
             g: {"addr": _hex(a), "size": info.global_sizes.get(g, 0), "how": info.global_how[g]}
             for g, a in info.globals.items()
         },
+        "globals_missing": dict(info.globals_missing),
         "wait_reasons": list(info.wait_reasons),
         "stw_reasons": list(info.stw_reasons),
         "g_status": list(info.g_status),

@@ -7,9 +7,12 @@ runtime's own string arrays (wait and STW reasons) of reference builds of every 
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
 from importlib import resources
 from typing import Any
+
+from gmpmon.errors import UnsupportedError
 
 TABLE_FILE = "offsets_table.json"
 
@@ -39,9 +42,22 @@ def p_status_names(minor: int) -> tuple[str, ...]:
     return ("idle", "running", "syscall_unused" if minor >= 26 else "syscall", "gcstop", "dead")
 
 
+# A table file to use instead of the built-in one (same format): for a Go release newer
+# than this gmpmon, or to check that a wrong table is refused (tests).
+TABLE_ENV = "GMPMON_OFFSETS_TABLE"
+
+
 @cache
 def load_table() -> dict[str, Any]:
     """{"1.22": {"go_version":..., "offsets":{...}, "wait_reasons":[...], ...}, ...}"""
+    override = os.environ.get(TABLE_ENV)
+    if override:
+        try:
+            with open(override) as f:
+                table: dict[str, Any] = json.load(f)["versions"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UnsupportedError(f"${TABLE_ENV}={override}: not an offsets table ({e})") from e
+        return table
     try:
         text = resources.files("gmpmon.binary").joinpath(TABLE_FILE).read_text()
     except FileNotFoundError:

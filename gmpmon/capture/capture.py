@@ -143,7 +143,7 @@ class Capture:
         if self.mode == "full" or self.sampler is not None:
             return
         try:
-            self.sampler = Sampler(self.info, self.pid)
+            self.sampler = Sampler(self.info, self.pid, starting=self.defer_sampler)
         except (ValueError, KeyError, OSError) as e:
             self.sampler_error = str(e)
 

@@ -7,6 +7,10 @@ gives npidle, nmspinning and the global runq length. Each read is a pread of
 
 The reads are racy (the target keeps running): a P's fields may be from slightly different
 instants. That is fine for a sampled picture; nothing here is used for exact counts.
+
+Nothing is read through an address or offset that :func:`validate_layout` has not checked on
+this very process first (stripped builds find their globals by disassembly, table offsets may
+be another version's): when a check fails the Sampler is not made, and the error names it.
 """
 
 from __future__ import annotations
@@ -18,24 +22,100 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
+from gmpmon.binary.validate import Layout, validate_layout
+from gmpmon.errors import TargetError, UnsupportedError
 from gmpmon.events import EventTuple, Kind
 
 _Q = struct.Struct("<Q")
 _I = struct.Struct("<I")
 _i = struct.Struct("<i")
 MAX_PROCS = 1024
+# `gmpmon run` opens the sampler right after exec, before the runtime has made its Ps:
+# the layout checks are retried that long before they count as failed.
+STARTING_S = 2.0
+SAMPLER_GROUPS = ("procs", "sched")
+SAMPLER_GLOBALS = ("runtime.allp", "runtime.sched", "runtime.gomaxprocs")
+
+
+def check_layout(
+    info: BinaryInfo,
+    pid: int,
+    groups: tuple[str, ...] = SAMPLER_GROUPS,
+    *,
+    starting: bool = False,
+) -> Layout:
+    """validate_layout() on /proc/PID/mem. ``starting``: the process has just exec'd;
+    wait (up to STARTING_S) for its runtime to have set the layout up."""
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + (STARTING_S if starting else 0)
+        while True:
+            layout = validate_layout(
+                info, lambda a, n: os.pread(fd, n, a), groups=groups, tids=_tids(pid)
+            )
+            if layout.ok(*groups) or time.monotonic() >= deadline:
+                return layout
+            time.sleep(0.05)
+    finally:
+        os.close(fd)
+
+
+def gate_table_offsets(info: BinaryInfo, pid: int, *, starting: bool = False) -> None:
+    """Offsets from a table (no DWARF) are what the probes read through as well: when the
+    "procs" checks fail on this process, refuse to trace it (UnsupportedError, one line).
+    A table of an older Go (the binary is newer than the table) must pass them; the table
+    of the binary's own version is also accepted when the globals to check it with were not
+    found (the test matrix checks those tables against DWARF)."""
+    if info.offsets_source != "table":
+        return
+    newer = info.offsets_table != f"1.{info.go_minor}"
+    try:
+        layout = check_layout(info, pid, ("procs",), starting=starting)
+    except OSError as e:
+        raise TargetError(f"process {pid}: cannot read its memory ({e.strerror})") from e
+    if layout.ok("procs") or ("procs" in layout.unchecked and not newer):
+        return
+    what = (
+        f"{info.go_version} is newer than gmpmon's offsets table and go{info.offsets_table}'s "
+        "layout does not fit it"
+        if newer
+        else f"the go{info.offsets_table} offsets table does not fit this process"
+    )
+    raise UnsupportedError(
+        f"process {pid}: {what}: {layout.why('procs')}",
+        hint="rebuild it without -ldflags=-w (DWARF), or update gmpmon's offsets table",
+    )
+
+
+def _tids(pid: int) -> frozenset[int] | None:
+    try:
+        return frozenset(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
+        return None
+
+
+class LayoutError(ValueError):
+    """validate_layout failed: the message is the one line naming the check."""
+
+    def __init__(self, layout: Layout, groups: tuple[str, ...]) -> None:
+        super().__init__(layout.why(*groups))
+        self.layout = layout
 
 
 class Sampler:
     """P_SAMPLE and SCHED_SAMPLE events from /proc/PID/mem."""
 
-    def __init__(self, info: BinaryInfo, pid: int) -> None:
+    def __init__(self, info: BinaryInfo, pid: int, *, starting: bool = False) -> None:
         self.pid = pid
         bias = info.load_bias
         allp = info.globals.get("runtime.allp")
         sched = info.globals.get("runtime.sched")
-        if allp is None or sched is None:
-            raise ValueError("runtime.allp/runtime.sched not found in the binary")
+        if allp is None or sched is None or "runtime.gomaxprocs" not in info.globals:
+            missing = [g for g in SAMPLER_GLOBALS if g not in info.globals]
+            raise ValueError(
+                f"{', '.join(missing)} not found in the binary: "
+                + "; ".join(info.globals_missing.get(g, "?") for g in missing)
+            )
         self.allp = allp + bias
         self.sched = sched + bias
         o = info.offsets
@@ -55,6 +135,9 @@ class Sampler:
         self.s_runqsize = o.get("runtime.schedt.runqsize")
         self.p_span = max(self.p_next + 8, self.p_tick + 4, self.p_m + 8, self.p_status + 4)
         self.s_span = max(self.s_npidle, self.s_nmspinning, self.s_runqsize or 0) + 4
+        self.layout = check_layout(info, pid, starting=starting)
+        if not self.layout.ok(*SAMPLER_GROUPS):
+            raise LayoutError(self.layout, SAMPLER_GROUPS)
         self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
         self.samples = 0
 

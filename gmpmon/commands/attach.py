@@ -98,9 +98,11 @@ def run(args: argparse.Namespace) -> int:
     if pid <= 0 or not os.path.exists(f"/proc/{pid}"):
         raise TargetError(f"no process with pid {pid}")
     from gmpmon.binary import load_pid
+    from gmpmon.capture.sampler import gate_table_offsets
 
     with target_may_vanish(pid):
         info = load_pid(pid)
+        gate_table_offsets(info, pid)
         session = LiveSession(
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
             budget_pct=args.budget, record=args.record, census_s=args.census_interval,
@@ -184,9 +186,13 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
     from gmpmon.report import interval_line
 
     h = session.header
+    info = session.info
+    newer = info.offsets_table not in ("", f"1.{info.go_minor}")
     print(
         f"Tracing Go scheduler of PID {h.pid} ({h.go_version}, GOMAXPROCS={h.gomaxprocs}, "
-        f"mode {h.mode})... Ctrl-C to end.",
+        f"mode {h.mode}"
+        + (f"; offsets of go{info.offsets_table}, validated on it" if newer else "")
+        + ")... Ctrl-C to end.",
         flush=True,
     )
     if session.capture.sampler_error and h.mode != "full":

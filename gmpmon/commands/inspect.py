@@ -76,6 +76,8 @@ def _globals_lines(info: BinaryInfo) -> list[str]:
     for g in GLOBAL_NAMES:
         if g in info.globals:
             out.append(f"{g:<27} {info.globals[g]:<#10x} {info.global_how[g]}")
+        elif info.stripped and g in info.globals_missing:
+            out.append(f"{g:<27} {'-':<10} {info.globals_missing[g]}")
         else:
             out.append(f"{g:<27} {'-':<10} not found")
     return out
@@ -92,7 +94,13 @@ def render(info: BinaryInfo) -> str:
     lines.append(
         f"{info.go_version} {info.arch}  pie: {_yn(info.pie)}  stripped: "
         f"{_yn(info.stripped)}  dwarf: {_yn(info.dwarf)}  offsets: {info.offsets_source}"
+        + (f" go{info.offsets_table}" if info.offsets_table else "")
     )
+    if info.offsets_table and info.offsets_table != f"1.{info.go_minor}":
+        lines.append(
+            f"{info.go_version} is newer than the table: go{info.offsets_table} offsets, "
+            "used only if they validate live"
+        )
     lines.append(
         f"functions: {len(info.functab.names)}  wait reasons: {len(info.wait_reasons)}  "
         f"stw reasons: {len(info.stw_reasons)}  g states: {len(info.g_status)}"

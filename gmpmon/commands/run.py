@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         raise TargetError(f"{cmd[0]}: command not found")
     exe = os.path.abspath(exe)
     from gmpmon.binary import load
+    from gmpmon.capture.sampler import gate_table_offsets
 
     info = load(exe)
     pid, go_fd, exec_fd = spawn_stopped([exe, *cmd[1:]])
@@ -123,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
                     from gmpmon.binary.target import load_bias
 
                     session.capture.set_load_bias(load_bias(pid, Elf(read_file(exe), exe), exe))
+                gate_table_offsets(session.capture.info, pid, starting=True)
                 session.capture.start_sampler()
                 forward = _Forwarder(pid, stop)
                 forward.start()

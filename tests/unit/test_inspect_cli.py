@@ -79,7 +79,10 @@ def test_json_is_to_json() -> None:
     j = json.loads(r.stdout)
     assert j["stripped"] is True and j["offsets_source"] == "table"
     assert j["probe_sites"]["runtime.gopark"]["entry_insn"] == "push rbp"
-    assert "sample" in j["missing_optional"]
+    # -s -w: the globals come from the code, and say so
+    assert "sample" not in j["missing_optional"]
+    assert j["globals"]["runtime.allp"]["how"].startswith("disasm runtime.procresize+0x")
+    assert j["offsets_table"] == j["go_version"][2:6].rstrip(".")
 
 
 def test_not_elf(tmp_path: Path) -> None:

@@ -1,0 +1,319 @@
+"""Check the globals and struct offsets against a live process before reading through them.
+
+An address found in stripped code, an offsets table for another Go version, a table that is
+simply wrong: each reads *something* from a live process. These checks read the scheduler's
+own invariants and say which one failed, so that a reader turns its feature off instead of
+showing numbers read through wrong offsets.
+
+    layout = validate_layout(info, read)        # read(addr, n) -> bytes, runtime addresses
+    if not layout.ok("procs", "sched"):
+        print(f"gmpmon: {layout.why('procs', 'sched')}")   # one line; feature off
+
+Groups (a reader names the ones it depends on):
+- ``procs``: gomaxprocs, allp and the p/m/g offsets the sampler and the probes use;
+- ``sched``: runtime.sched and the schedt offsets;
+- ``allgs``: allgs/allglen and the g status/goid offsets (the goroutine census);
+- ``allm``: allm and m.g0/g.m.
+
+Pure: memory comes through ``read``; an OSError or a short read fails the check that made it.
+The target keeps running while it is read, so each group gets a few attempts and passes if
+all its checks hold in one of them; a wrong layout fails every time.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gmpmon.binary.info import BinaryInfo
+from gmpmon.binary.table import GSCAN
+
+Read = Callable[[int, int], bytes]
+GROUPS: tuple[str, ...] = ("procs", "sched", "allgs", "allm")
+MAX_PROCS = 1024
+MAX_GS = 1 << 24
+SAMPLE_GS = 256  # goroutines looked at in allgs (from the start: the oldest)
+P_STATUS_MAX = 4  # _Pdead
+SCHEDT_GOIDGEN = 0  # schedt's first field in 1.19-1.27 (runtime2.go; DWARF-checked in tests)
+ATTEMPTS = 20  # a busy target's P states move under the reads: retry, a wrong layout never holds
+PAUSE_S = 0.001
+
+
+class Failed(Exception):
+    """One check did not hold; the message names it."""
+
+
+class Missing(Failed):
+    """A global the checks need was not found: nothing could be checked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Which groups of globals/offsets hold on the live process, and the first failed check
+    of each group that does not."""
+
+    failed: dict[str, str] = field(default_factory=dict)  # group -> check that failed
+    unchecked: frozenset[str] = frozenset()  # failed groups whose globals were not found
+    gomaxprocs: int | None = None  # read and checked (procs group passed)
+    source: str = ""  # where the offsets came from, for the message
+
+    def ok(self, *groups: str) -> bool:
+        return not any(g in self.failed for g in (groups or GROUPS))
+
+    def why(self, *groups: str) -> str:
+        """One line naming the failed check, "" when every group asked for holds."""
+        for g in groups or GROUPS:
+            if g in self.failed:
+                return f"layout check failed: {self.failed[g]} [{self.source}]"
+        return ""
+
+
+class _Mem:
+    def __init__(self, read: Read) -> None:
+        self._read = read
+
+    def bytes(self, addr: int, n: int, what: str) -> bytes:
+        if not 0 < addr < 1 << 48:
+            raise Failed(f"{what} is not a user address ({addr:#x})")
+        try:
+            b = self._read(addr, n)
+        except OSError as e:
+            raise Failed(f"{what} at {addr:#x} cannot be read ({e.strerror or e})") from None
+        if len(b) < n:
+            raise Failed(f"{what} at {addr:#x} cannot be read (short read)")
+        return b
+
+    def u64(self, addr: int, what: str) -> int:
+        v: int = struct.unpack("<Q", self.bytes(addr, 8, what))[0]
+        return v
+
+    def u32(self, addr: int, what: str) -> int:
+        v: int = struct.unpack("<I", self.bytes(addr, 4, what))[0]
+        return v
+
+    def i32(self, addr: int, what: str) -> int:
+        v: int = struct.unpack("<i", self.bytes(addr, 4, what))[0]
+        return v
+
+
+def _need(cond: bool, check: str) -> None:
+    if not cond:
+        raise Failed(check)
+
+
+class _Checks:
+    def __init__(self, info: BinaryInfo, read: Read, tids: frozenset[int] | None) -> None:
+        self.info = info
+        self.tids = tids
+        self.m = _Mem(read)
+        self.o = info.offsets
+        self.gomaxprocs: int | None = None
+        self.goidgen: int | None = None
+
+    def addr(self, name: str) -> int:
+        a = self.info.globals.get(name)
+        if a is None:
+            raise Missing(f"{name} was not found in the binary")
+        return a + self.info.load_bias
+
+    def off(self, key: str) -> int:
+        v = self.o.get(key)
+        if v is None:
+            raise Failed(f"no offset for {key}")
+        return v
+
+    def procs(self) -> None:
+        m, o = self.m, self.off
+        n = m.i32(self.addr("runtime.gomaxprocs"), "gomaxprocs")
+        _need(1 <= n <= MAX_PROCS, f"1 <= gomaxprocs <= {MAX_PROCS} (read {n})")
+        ptr = m.u64(self.addr("runtime.allp"), "allp")
+        ln = m.u64(self.addr("runtime.allp") + 8, "len(allp)")
+        cap = m.u64(self.addr("runtime.allp") + 16, "cap(allp)")
+        _need(ln == n, f"len(allp) == gomaxprocs (read {ln} and {n})")
+        _need(cap >= ln, f"cap(allp) >= len(allp) (read {cap} < {ln})")
+        ps = struct.unpack(f"<{n}Q", m.bytes(ptr, 8 * n, "allp's array"))
+        for i, pp in enumerate(ps):
+            _need(pp != 0, f"allp[{i}] != nil")
+            pid = m.i32(pp + o("runtime.p.id"), f"allp[{i}].id")
+            _need(pid == i, f"allp[{i}].id == {i} (read {pid})")
+            st = m.u32(pp + o("runtime.p.status"), f"allp[{i}].status")
+            _need(st <= P_STATUS_MAX, f"allp[{i}].status in 0..{P_STATUS_MAX} (read {st})")
+            head = m.u32(pp + o("runtime.p.runqhead"), f"allp[{i}].runqhead")
+            tail = m.u32(pp + o("runtime.p.runqtail"), f"allp[{i}].runqtail")
+            runq = (tail - head) & 0xFFFFFFFF
+            _need(runq <= 256, f"allp[{i}] runqtail - runqhead <= 256 (read {runq})")
+            mp = m.u64(pp + o("runtime.p.m"), f"allp[{i}].m")
+            if st == 0:
+                _need(mp == 0, f"an idle P has no M (allp[{i}].m read {mp:#x})")
+            if st != 1 or mp == 0:
+                continue
+            self._thread(mp, f"allp[{i}].m")
+            back = m.u64(mp + o("runtime.m.p"), f"allp[{i}].m.p")
+            _need(back == pp, f"a running P's m.p points back to it (allp[{i}]: read {back:#x})")
+            g0 = m.u64(mp + o("runtime.m.g0"), f"allp[{i}].m.g0")
+            _need(g0 != 0, f"allp[{i}].m.g0 != nil")
+            g0m = m.u64(g0 + o("runtime.g.m"), f"allp[{i}].m.g0.m")
+            _need(g0m == mp, f"g0.m.g0 == g0 for allp[{i}]'s M (g0.m read {g0m:#x})")
+            gp = m.u64(mp + o("runtime.m.curg"), f"allp[{i}].m.curg")
+            if gp:
+                gm = m.u64(gp + o("runtime.g.m"), f"allp[{i}].m.curg.m")
+                _need(gm in (mp, 0), f"m.curg.m == m for allp[{i}]'s M (read {gm:#x})")
+                gst = m.u32(gp + o("runtime.g.atomicstatus"), "curg.atomicstatus") & ~GSCAN
+                _need(
+                    gst < len(self.info.g_status),
+                    f"allp[{i}].m.curg's status in range (read {gst})",
+                )
+        self.gomaxprocs = n
+
+    def _thread(self, mp: int, what: str) -> None:
+        if self.tids is None:
+            return
+        tid = self.m.u64(mp + self.off("runtime.m.procid"), f"{what}.procid")
+        _need(tid in self.tids, f"{what}.procid is a thread of the process (read {tid})")
+
+    def sched(self) -> None:
+        m, o = self.m, self.off
+        base = self.addr("runtime.sched")
+        goidgen = m.u64(base + SCHEDT_GOIDGEN, "sched.goidgen")
+        _need(0 < goidgen < 1 << 48, f"0 < sched.goidgen < 2^48 (read {goidgen})")
+        npidle = m.i32(base + o("runtime.schedt.npidle"), "sched.npidle")
+        nms = m.i32(base + o("runtime.schedt.nmspinning"), "sched.nmspinning")
+        limit = self.gomaxprocs or MAX_PROCS
+        _need(0 <= npidle <= limit, f"0 <= sched.npidle <= {limit} (read {npidle})")
+        _need(0 <= nms <= limit, f"0 <= sched.nmspinning <= {limit} (read {nms})")
+        rq = self.o.get("runtime.schedt.runqsize")
+        if rq is not None:
+            size = m.i32(base + rq, "sched.runqsize")
+            _need(0 <= size < MAX_GS, f"0 <= sched runq size < 2^24 (read {size})")
+        if self.gomaxprocs is not None:
+            idle = self._idle_ps()
+            _need(npidle == idle, f"sched.npidle == the number of idle Ps (read {npidle}, {idle})")
+        self.goidgen = goidgen
+
+    def _idle_ps(self) -> int:
+        m, o = self.m, self.off
+        ptr = m.u64(self.addr("runtime.allp"), "allp")
+        n = self.gomaxprocs or 0
+        ps = struct.unpack(f"<{n}Q", m.bytes(ptr, 8 * n, "allp's array"))
+        return sum(1 for pp in ps if m.u32(pp + o("runtime.p.status"), "p.status") == 0)
+
+    def allgs(self) -> None:
+        m, o = self.m, self.off
+        ptr = m.u64(self.addr("runtime.allgs"), "allgs")
+        ln = m.u64(self.addr("runtime.allgs") + 8, "len(allgs)")
+        cap = m.u64(self.addr("runtime.allgs") + 16, "cap(allgs)")
+        glen = m.u64(self.addr("runtime.allglen"), "allglen")
+        _need(1 <= glen <= MAX_GS, f"1 <= allglen <= 2^24 (read {glen})")
+        _need(glen <= ln <= cap, f"allglen <= len(allgs) <= cap(allgs) (read {glen}, {ln}, {cap})")
+        k = min(glen, SAMPLE_GS)
+        gs = struct.unpack(f"<{k}Q", m.bytes(ptr, 8 * k, "allgs' array"))
+        dead = self.info.g_status.index("dead") if "dead" in self.info.g_status else 6
+        alive = 0
+        # allgs[0] is the main goroutine (the first newproc1 after schedinit), goid 1, and
+        # alive while the process is: runnable, running, in a syscall or waiting.
+        main_goid = m.u64(gs[0] + o("runtime.g.goid"), "allgs[0].goid")
+        _need(main_goid == 1, f"allgs[0].goid == 1, the main goroutine (read {main_goid})")
+        main_st = m.u32(gs[0] + o("runtime.g.atomicstatus"), "allgs[0].atomicstatus") & ~GSCAN
+        _need(1 <= main_st <= 4, f"the main goroutine's status in 1..4 (read {main_st})")
+        for i, gp in enumerate(gs):
+            _need(gp != 0, f"allgs[{i}] != nil")
+            st = m.u32(gp + o("runtime.g.atomicstatus"), f"allgs[{i}].atomicstatus") & ~GSCAN
+            _need(st < len(self.info.g_status), f"allgs[{i}]'s status in range (read {st})")
+            goid = m.u64(gp + o("runtime.g.goid"), f"allgs[{i}].goid")
+            if self.goidgen is not None:
+                _need(goid <= self.goidgen, f"allgs[{i}].goid <= sched.goidgen (read {goid})")
+            alive += st != dead
+        _need(alive >= 1, "at least one goroutine in allgs is not dead")
+
+    def allm(self) -> None:
+        m, o = self.m, self.off
+        mp = m.u64(self.addr("runtime.allm"), "allm")
+        _need(mp != 0, "allm != nil")
+        g0 = m.u64(mp + o("runtime.m.g0"), "allm.g0")
+        _need(g0 != 0, "allm.g0 != nil")
+        g0m = m.u64(g0 + o("runtime.g.m"), "allm.g0.m")
+        _need(g0m == mp, f"g0.m.g0 == g0 for allm (g0.m read {g0m:#x}, allm {mp:#x})")
+        self._thread(mp, "allm")
+        pp = m.u64(mp + o("runtime.m.p"), "allm.p")
+        if pp:
+            back = m.u64(pp + o("runtime.p.m"), "allm.p.m")
+            _need(back == mp, f"allm.p.m == allm (read {back:#x})")
+        gp = m.u64(mp + o("runtime.m.curg"), "allm.curg")
+        if gp:
+            gm = m.u64(gp + o("runtime.g.m"), "allm.curg.m")
+            _need(gm in (mp, 0), f"allm.curg.m == allm (read {gm:#x})")
+
+
+def describe_source(info: BinaryInfo) -> str:
+    how = {info.global_how.get(g, "").split(" ")[0] for g in info.globals}
+    where = "/".join(sorted(h for h in how if h)) or "nowhere"
+    return f"globals: {where}; offsets: {offsets_origin(info)}"
+
+
+def offsets_origin(info: BinaryInfo) -> str:
+    """"dwarf", "table go1.22", or "table go1.27 (newest)" for a newer Go without DWARF."""
+    if info.offsets_source == "dwarf":
+        return "dwarf"
+    t = info.offsets_table or f"1.{info.go_minor}"
+    if t != f"1.{info.go_minor}":
+        return f"table go{t} (newest)"
+    return f"table go{t}"
+
+
+def validate_layout(
+    info: BinaryInfo,
+    read: Read,
+    *,
+    groups: tuple[str, ...] = GROUPS,
+    tids: frozenset[int] | None = None,
+    attempts: int = ATTEMPTS,
+    pause_s: float = PAUSE_S,
+) -> Layout:
+    """Run the checks of ``groups`` on the live process behind ``read`` (runtime addresses;
+    link-time globals get ``info.load_bias`` added here). ``tids``: the process's thread ids
+    (/proc/PID/task), to check m.procid; None skips that check."""
+    failed: dict[str, str] = {}
+    unchecked: set[str] = set()
+    gomaxprocs: int | None = None
+    for group in groups:
+        why = ""
+        missing = False
+        for attempt in range(attempts):
+            c = _Checks(info, read, tids)
+            try:
+                if group != "procs":
+                    # sched and allgs cross-check against P states / goidgen when they hold.
+                    try:
+                        c.procs()
+                    except Failed:
+                        c.gomaxprocs = None
+                    if group == "allgs":
+                        try:
+                            c.sched()
+                        except Failed:
+                            c.goidgen = None
+                getattr(c, group)()
+            except Failed as e:
+                why = str(e)
+                missing = isinstance(e, Missing)
+                if missing:
+                    break
+                if attempt + 1 < attempts:
+                    time.sleep(pause_s)
+                continue
+            why = ""
+            if group == "procs":
+                gomaxprocs = c.gomaxprocs
+            break
+        if why:
+            failed[group] = why
+            if missing:
+                unchecked.add(group)
+    return Layout(
+        failed=failed,
+        unchecked=frozenset(unchecked),
+        gomaxprocs=gomaxprocs,
+        source=describe_source(info),
+    )
