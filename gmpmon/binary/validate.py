@@ -159,12 +159,10 @@ class _Checks:
             gp = m.u64(mp + o("runtime.m.curg"), f"allp[{i}].m.curg")
             if gp:
                 gm = m.u64(gp + o("runtime.g.m"), f"allp[{i}].m.curg.m")
-                _need(gm in (mp, 0), f"m.curg.m == m for allp[{i}]'s M (read {gm:#x})")
+                _need(gm == mp, f"m.curg.m == m for allp[{i}]'s M (read {gm:#x})")
                 gst = m.u32(gp + o("runtime.g.atomicstatus"), "curg.atomicstatus") & ~GSCAN
-                _need(
-                    gst < len(self.info.g_status),
-                    f"allp[{i}].m.curg's status in range (read {gst})",
-                )
+                # running, or in a syscall (1.26+ keeps the P running through one)
+                _need(gst in (2, 3), f"a running P's curg is running (allp[{i}]: read {gst})")
         self.gomaxprocs = n
 
     def _thread(self, mp: int, what: str) -> None:
