@@ -78,6 +78,8 @@ def test_sample_mode_on_stripped_matches_the_default_build(tmp_path: Path, go: s
         / sum(p["running_ns"] + p["idle_ns"] + p["spinning_ns"] for p in r["summary"]["procs"])
         for r in (d, b)
     ]
-    assert abs(run_frac[0] - run_frac[1]) < 0.1, run_frac
+    # 1.19's running/searching split moves by ~±0.1 from run to run (see above); elsewhere
+    # both builds read 0.99-1.0.
+    assert abs(run_frac[0] - run_frac[1]) < (0.2 if go == "1.19" else 0.05), run_frac
     assert abs(statistics.mean(d["queued"]) - statistics.mean(b["queued"])) <= 1.0, (
         d["queued"], b["queued"])
