@@ -84,6 +84,10 @@ COST               The budget controller's account, cumulative since attach: m =
 DROP               a0 = records dropped in user space since the previous DROP of that stage,
                    a1 = the :class:`Stage` (reader queue full, cut at the end). Like LOST, the
                    model forgets what it inferred from the missing records.
+CGROUP_CPU         The target's cgroup CPU controller, read from its files
+                   (``gmpmon/capture/cgroup.py``, every mode): g = :class:`CgroupField`,
+                   a0 = the field's *absolute* value, a1 = cgroup version (1 or 2). Sent in
+                   full on the first read, then only the fields that changed.
 =================  =============================================================================
 
 Runtime counters and the goroutine census (kinds 40-59; ``gmpmon/capture/runtime_counters.py``
@@ -185,6 +189,7 @@ class Kind(IntEnum):
     CENSUS_END = 54
     COST = 80  # the overhead budget (gmpmon.capture.hotctl), see below
     DROP = 81  # records dropped in user space (bounded queues), see below
+    CGROUP_CPU = 95  # "other" range: the target's cgroup, not the Go runtime
 
 
 class Stage(IntEnum):
@@ -273,6 +278,17 @@ class CensusCut(IntEnum):
 
 # Stack ids of census creation sites (CENSUS_SITE a0) start here, far above capture's own.
 CENSUS_SITE_BASE = 1 << 32
+class CgroupField(IntEnum):
+    """CGROUP_CPU fields (absolute values). The quota and period are those of the most
+    restrictive cgroup on the path from the target's own up to the root (Go 1.25 reads it
+    the same way); the throttling counters are that cgroup's."""
+
+    QUOTA_US = 1  # cpu.max's first field / cpu.cfs_quota_us; U64_MAX = no limit ("max", -1)
+    PERIOD_US = 2  # cpu.max's second field / cpu.cfs_period_us
+    NR_PERIODS = 3  # cpu.stat nr_periods
+    NR_THROTTLED = 4  # cpu.stat nr_throttled
+    THROTTLED_NS = 5  # cpu.stat throttled_usec * 1000 (v2) / throttled_time (v1, ns)
+    USAGE_NS = 6  # cpu.stat usage_usec * 1000 (v2) / cpuacct.usage (v1), 0 if unknown
 
 
 class LockKind(IntEnum):

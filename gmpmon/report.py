@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gmpmon.findings.render import attribution_json, findings_json
+from gmpmon.findings.render import text_lines as findings_text
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
 from gmpmon.report_runtime import block_sources, census_summary, runtime_lines, runtime_summary
 
@@ -138,6 +140,8 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
         "block_sources": block_sources(snap),
         "runtime": runtime_summary(snap.runtime),
         "census": census_summary(snap.runtime.census if snap.runtime else None),
+        "findings": findings_json(snap),  # gmpmon.findings, most severe first
+        "latency_attribution": attribution_json(snap.latency_attribution),
     }
 
 
@@ -288,6 +292,8 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         add("Other blocking waits: " + ", ".join(
             f"{k} {c}x {fmt_ns(w)}" for k, c, w in sorted(others, key=lambda r: -r[2])))
     lines.extend(runtime_lines(snap.runtime, top=top))
+    add("")
+    lines.extend(findings_text(snap, width=WIDTH))
     return "\n".join(line.rstrip()[:WIDTH] for line in lines) + "\n"
 
 

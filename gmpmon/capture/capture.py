@@ -23,6 +23,7 @@ from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_pr
 from gmpmon.capture.budget import CostStatus
 from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
 from gmpmon.capture.pipeline import BatchQueue
+from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
@@ -97,6 +98,7 @@ class Capture:
         self.hotctl: HotControl | None = None  # default mode: the budgeted window controller
         self._cost_sent: CostStatus | None = None
         self._error: BaseException | None = None
+        self.cgroup = CgroupCpuReader(pid)  # CGROUP_CPU events, every mode (findings)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -321,6 +323,7 @@ class Capture:
             ev.append((now, Kind.COUNTER, p, 0, table, key, delta))
         for probe, delta in self.prog.hit_deltas():
             ev.append((now, Kind.COUNTER, -1, 0, Counter.PROBE_HITS, probe, delta))
+        self.cgroup.read(now, ev)
         lost = self.prog.lost_delta()
         if lost:
             self.stats.lost += lost

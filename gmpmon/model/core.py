@@ -45,6 +45,9 @@ from gmpmon.events import (
     Kind,
     LockKind,
 )
+# A module, not its function: gmpmon.findings.engine imports gmpmon.model back.
+from gmpmon.findings import engine as findings_engine
+from gmpmon.findings.tracker import FindingsTracker
 from gmpmon.model import hist as h
 from gmpmon.model.cost import CostTracker
 from gmpmon.model.runtime import RuntimePart
@@ -327,6 +330,9 @@ class Model:
         self._wait_by_stack: dict[tuple[int, int], list[int]] = {}  # (kind, stack) -> [n, ns]
 
         self._p_status_map = self._p_status_decoder(header.p_status)
+        # The findings engine's own view of the same events (gmpmon/findings/tracker.py).
+        self.findings = FindingsTracker(header)
+        self._lat_samples = self.findings.latency_samples
 
         # The runtime's own counters and the goroutine census (events 40-59).
         self.runtime = RuntimePart(header.g_status, header.wait_reasons, self.stacks)
@@ -413,6 +419,7 @@ class Model:
             fn = handlers[e[1] & 0xFF]
             if fn is not None:
                 fn(e)
+        self.findings.apply(events)
         last = events[-1][0]
         if last > self._applied_ts:
             self._applied_ts = last
@@ -539,6 +546,7 @@ class Model:
                 pp.lat_sum += lat
                 if lat > pp.lat_max:
                     pp.lat_max = lat
+            self._lat_samples.append((rts, ts, p, g))
             gg.ready_ts = -1
         elif gg.park_ts >= 0:
             gg.wait_ns += ts - gg.park_ts  # woken without ready(): park -> run, no latency
@@ -1065,7 +1073,7 @@ class Model:
 
         sources = {name: "counters" if c in seen else "events" for name, c in _SOURCES}
         hdr = self.header
-        return Snapshot(
+        snap = Snapshot(
             now=now,
             start=start,
             pid=hdr.pid,
@@ -1125,6 +1133,7 @@ class Model:
             probe_hits=dict(sorted(self.probe_hits.items())),
             sources=sources,
         )
+        return findings_engine.with_findings(snap, self.findings)
 
     def _steal_matrix(self) -> dict[tuple[int, int], tuple[int, int, int]]:
         seen = self._counter_seen

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gmpmon.model.runtime import RuntimeView
 
 from gmpmon.model.cost import CostSummary
+from gmpmon.findings.types import Attribution, CgroupCpu, Finding
 
 
 class PState(IntEnum):
@@ -181,3 +182,7 @@ class Snapshot:
     runtime: RuntimeView | None = None
     cost: CostSummary | None = None  # default mode's budget controller (COST events)
     dropped: dict[str, int] = field(default_factory=dict)  # user-space drops by stage (DROP)
+    # The findings engine (gmpmon.findings): most severe first; see docs/findings.md.
+    findings: tuple[Finding, ...] = ()
+    latency_attribution: Attribution | None = None
+    cgroup_cpu: CgroupCpu | None = None  # the target's cgroup CPU quota and throttling

@@ -36,6 +36,8 @@ SCHEMA_KEYS = {
     "block_sources",
     "runtime",
     "census",
+    "findings",
+    "latency_attribution",
 }
 
 

@@ -1,0 +1,89 @@
+"""What every rule reads: the Snapshot, the tracker's inputs, the attribution, thresholds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gmpmon.findings.types import Attribution, FindingsInputs
+from gmpmon.model.snapshot import Snapshot
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Every number a rule compares against; docs/findings.md says why each is what it is."""
+
+    busy: float = 0.90  # cpu-saturation: every P running at least this share of its time
+    busy_critical: float = 0.97
+    sat_runq_mean: float = 1.0  # ... and goroutines queue: mean local runq
+    sat_p99_ns: int = 1_000_000  # ... or scheduling latency p99
+    sat_p99_critical_ns: int = 10_000_000
+    throttle_ratio: float = 0.05  # cpu-throttled: throttled periods / periods
+    throttle_ratio_critical: float = 0.25
+    throttle_min: int = 3
+    long_run_ns: int = 10_000_000  # sysmon's forcePreemptNS
+    long_run_warn_ns: int = 20_000_000
+    long_run_critical_ns: int = 200_000_000
+    long_run_warn_count: int = 3
+    preempt_only_info: int = 10  # preemption requests for one G, with no long run seen
+    handoff_rate: float = 20.0  # syscall-handoff: per second ...
+    handoff_min: int = 20
+    handoff_rate_critical: float = 500.0
+    no_m_share: float = 0.05  # ... or Ps without an M this share of P-time
+    stw_tail_share: float = 0.20  # gc-stw-latency: STW share of the tail waits
+    stw_tail_share_critical: float = 0.50
+    stw_tail_min_samples: int = 5
+    stw_time_share: float = 0.02  # ... or pauses this share of wall time
+    stw_max_ns: int = 10_000_000
+    lock_share: float = 0.5  # lock-contention: one address this share of all mutex wait
+    lock_wait_share: float = 0.05  # ... and that wait this share of wall time
+    lock_wait_critical: float = 1.0  # on average a goroutine always waiting on it
+    lock_min: int = 10
+    leak_min: int = 100  # goroutine-leak: net growth over the run ...
+    leak_min_seconds: int = 5  # ... over at least this many seconds of points
+    leak_steady: float = 0.7  # ... rising in this share of the seconds
+    leak_critical: int = 10_000
+    spin_wall_share: float = 0.10  # idle-spinning: failed searches this share of P time
+    spin_rate: float = 200.0  # ... and this many failed searches per second per P
+    spin_sample_share: float = 0.30  # sample mode: SCHED samples with nmspinning > 0
+    spin_min_samples: int = 100
+    runq_limit: int = 256  # runq-overflow: len(p.runq)
+    global_runq: int = 256
+    locked_min: int = 10  # cgo-pinning: hand-offs by locked Ms ...
+    locked_rate: float = 5.0  # ... per second
+    min_duration_ns: int = NS // 2  # below this no rule speaks (too little to judge)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    snap: Snapshot
+    inputs: FindingsInputs
+    attribution: Attribution
+    th: Thresholds = field(default_factory=Thresholds)
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.snap.now - self.snap.start)
+
+    @property
+    def seconds(self) -> float:
+        return max(self.duration_ns, 1) / NS
+
+    @property
+    def sampled_mode(self) -> bool:
+        return self.snap.window == "sampled"
+
+    @property
+    def timeline_source(self) -> str:
+        """Where P state times come from: every event, duty-cycle windows, or P samples."""
+        return {"exact": "events", "windows": "events (windows)", "sampled": "samples"}.get(
+            self.snap.window, self.snap.window
+        )
+
+    def go_minor(self) -> int:
+        v = self.snap.go_version.removeprefix("go").split(".")
+        try:
+            return int(v[1]) if len(v) > 1 else 0
+        except ValueError:
+            return 0

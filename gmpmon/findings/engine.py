@@ -1,0 +1,57 @@
+"""evaluate(): Snapshot + tracker inputs -> findings, most severe first. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from gmpmon.findings import rules_cpu, rules_wait
+from gmpmon.findings.attribution import attribute
+from gmpmon.findings.context import Context, Thresholds
+from gmpmon.findings.tracker import FindingsTracker
+from gmpmon.findings.types import Attribution, Finding, FindingsInputs
+from gmpmon.model.snapshot import Snapshot
+
+Rule = Callable[[Context], Finding | None]
+
+# One rule per finding id, in the order ties are shown.
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("cpu-throttled", rules_cpu.cpu_throttled),
+    ("cpu-saturation", rules_cpu.cpu_saturation),
+    ("runq-overflow", rules_wait.runq_overflow),
+    ("gc-stw-latency", rules_wait.gc_stw_latency),
+    ("lock-contention", rules_wait.lock_contention),
+    ("long-running-goroutine", rules_cpu.long_running),
+    ("syscall-handoff", rules_wait.syscall_handoff),
+    ("cgo-pinning", rules_wait.cgo_pinning),
+    ("goroutine-leak", rules_wait.goroutine_leak),
+    ("idle-spinning", rules_cpu.idle_spinning),
+)
+FINDING_IDS = tuple(i for i, _r in RULES)
+
+
+def evaluate(
+    snap: Snapshot,
+    inputs: FindingsInputs,
+    *,
+    thresholds: Thresholds | None = None,
+    attribution: Attribution | None = None,
+) -> tuple[tuple[Finding, ...], Attribution]:
+    th = thresholds or Thresholds()
+    att = attribution if attribution is not None else attribute(snap, inputs.latency_samples)
+    ctx = Context(snap, inputs, att, th)
+    if ctx.duration_ns < th.min_duration_ns:
+        return (), att
+    order = {fid: i for i, fid in enumerate(FINDING_IDS)}
+    out = [f for _fid, rule in RULES if (f := rule(ctx)) is not None]
+    out.sort(key=lambda f: (-f.severity, order.get(f.id, 99)))
+    return tuple(out), att
+
+
+def with_findings(snap: Snapshot, tracker: FindingsTracker) -> Snapshot:
+    """``snap`` with its findings, latency attribution and cgroup reading filled in."""
+    inputs = tracker.inputs(snap.now)
+    found, att = evaluate(snap, inputs)
+    return dataclasses.replace(
+        snap, findings=found, latency_attribution=att, cgroup_cpu=inputs.cgroup
+    )

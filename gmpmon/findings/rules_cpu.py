@@ -1,0 +1,249 @@
+"""Rules about CPU: saturation, cgroup throttling, goroutines that do not yield, spinning Ms."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from gmpmon.findings.context import Context
+from gmpmon.findings.types import Finding, Severity
+from gmpmon.model.snapshot import PState
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 3)
+
+
+def p_busy(ctx: Context) -> list[tuple[int, float, int]]:
+    """(P, running share of its known time, known ns) for every P with known time."""
+    out = []
+    for p in ctx.snap.procs:
+        known = p.running_ns + p.idle_ns + p.spinning_ns + p.syscall_ns + p.gcstop_ns
+        if known > 0:
+            out.append((p.id, p.running_ns / known, known))
+    return out
+
+
+def cpu_saturation(ctx: Context) -> Finding | None:
+    snap, th, rq = ctx.snap, ctx.th, ctx.inputs.runq
+    busy = p_busy(ctx)
+    nprocs = max(snap.gomaxprocs, 1)
+    if len(busy) < nprocs or not busy:
+        return None
+    if sum(k for _p, _b, k in busy) < 0.2 * ctx.duration_ns * nprocs:
+        return None  # too little of the run is known (default mode: windows)
+    min_busy = min(b for _p, b, _k in busy)
+    if min_busy < th.busy:
+        return None
+    mean_runq = rq.local_sum / rq.local_n if rq.local_n else 0.0
+    lat = snap.sched_latency
+    p99 = lat.p99 if lat.count >= 20 else 0
+    waiting = mean_runq >= th.sat_runq_mean or p99 >= th.sat_p99_ns or rq.max_global >= nprocs
+    if not waiting:
+        return None
+    crit = min_busy >= th.busy_critical and (p99 >= th.sat_p99_critical_ns or mean_runq >= 4)
+    att = ctx.attribution
+    evidence: dict[str, Any] = {
+        "gomaxprocs": snap.gomaxprocs,
+        "p_running_share": {str(p): round(b, 3) for p, b, _k in busy},
+        "runq_mean": round(mean_runq, 2),
+        "runq_max": rq.max_local,
+        "global_runq_max": rq.max_global,
+        "sched_latency_p99_ns": p99,
+        "sched_latency_samples": lat.count,
+        "window_ns": ctx.duration_ns,
+        "sources": {
+            "p_running_share": ctx.timeline_source,
+            "runq": "samples" if rq.sampled else "events",
+            "sched_latency": snap.sources.get("sched_latency", "events"),
+        },
+        "sampled": [k for k, s in (("p_running_share", ctx.sampled_mode),
+                                   ("runq", rq.sampled)) if s],
+    }
+    if att.samples:
+        evidence["tail_wait_all_running_share"] = round(att.share("all_running"), 3)
+    return Finding(
+        "cpu-saturation",
+        Severity.CRITICAL if crit else Severity.WARNING,
+        f"All {nprocs} Ps busy ({100 * min_busy:.0f}%+): runnable goroutines wait for a P "
+        f"(p99 {_ms(p99)} ms, mean runq {mean_runq:.1f})",
+        evidence,
+        f"Every P runs all the time and goroutines queue behind them. Give the process more "
+        f"CPU (GOMAXPROCS={snap.gomaxprocs} is the most that can run at once; raising it "
+        f"above the CPUs really available only adds contention), reduce CPU per request "
+        f"(profile with pprof), or shed load before it queues.",
+    )
+
+
+def cpu_throttled(ctx: Context) -> Finding | None:
+    cg, th, snap = ctx.inputs.cgroup, ctx.th, ctx.snap
+    if cg is None:
+        return None
+    minor = ctx.go_minor()
+    cpus = cg.cpus
+    over = cpus > 0 and snap.gomaxprocs > math.ceil(cpus - 1e-9)
+    ratio = cg.nr_throttled / cg.nr_periods if cg.nr_periods else 0.0
+    throttled = cg.nr_throttled >= th.throttle_min and ratio >= th.throttle_ratio
+    if not (over or throttled):
+        return None
+    share = cg.throttled_ns / ctx.duration_ns if ctx.duration_ns else 0.0
+    crit = throttled and (ratio >= th.throttle_ratio_critical or share >= 0.10)
+    if minor >= 25:
+        ver = (f"{snap.go_version} sizes GOMAXPROCS from the quota by default (Go 1.25+); "
+               f"GOMAXPROCS={snap.gomaxprocs} above it means it was set explicitly "
+               f"(GOMAXPROCS env, runtime.GOMAXPROCS) or GODEBUG=updatemaxprocs=0")
+    else:
+        ver = (f"{snap.go_version} ignores CPU quotas (only Go 1.25+ reads them): GOMAXPROCS "
+               f"defaults to the machine's CPU count")
+    parts = []
+    if throttled:
+        parts.append(f"throttled in {100 * ratio:.0f}% of CFS periods "
+                     f"({_ms(cg.throttled_ns):.0f} ms stalled)")
+    if over:
+        parts.append(f"GOMAXPROCS={snap.gomaxprocs} > quota {cpus:g} CPUs")
+    quota_fix = max(1, math.floor(cpus)) if cpus else snap.gomaxprocs
+    advice = (f"{ver}. Set GOMAXPROCS to the quota ({quota_fix}), upgrade to Go 1.25+, or use "
+              f"go.uber.org/automaxprocs; or raise the cgroup's quota. Throttling stalls every "
+              f"thread of the process until the next period: it shows up as tail latency of "
+              f"up to a period ({cg.period_us // 1000} ms).")
+    return Finding(
+        "cpu-throttled",
+        Severity.CRITICAL if crit else Severity.WARNING,
+        "CPU quota: " + "; ".join(parts),
+        {
+            "cgroup_version": cg.version,
+            "quota_us": cg.quota_us,
+            "period_us": cg.period_us,
+            "quota_cpus": round(cpus, 3),
+            "gomaxprocs": snap.gomaxprocs,
+            "go_version": snap.go_version,
+            "go_reads_quota": minor >= 25,
+            "nr_periods": cg.nr_periods,
+            "nr_throttled": cg.nr_throttled,
+            "throttled_ns": cg.throttled_ns,
+            "throttled_ratio": round(ratio, 3),
+            "window_ns": cg.last_ts - cg.first_ts,
+            "sources": {"cgroup": f"cgroup v{cg.version} cpu.stat / "
+                        + ("cpu.max" if cg.version == 2 else "cpu.cfs_quota_us")},
+            "sampled": [],
+        },
+        advice,
+    )
+
+
+def long_running(ctx: Context) -> Finding | None:
+    inp, th = ctx.inputs, ctx.th
+    runs = inp.long_runs
+    pre = {g: n for g, n in inp.preempt_by_goid.items() if n > 0}
+    if not runs and sum(pre.values()) < th.long_run_warn_count:
+        return None
+    longest = runs[0].ns if runs else 0
+    by_g: dict[int, list[int]] = {}
+    for r in runs:
+        by_g.setdefault(r.goid, []).append(r.ns)
+    # Preemption requests alone are not enough: the GC asks every running G to stop too.
+    many = inp.long_run_count >= th.long_run_warn_count
+    if not runs:
+        if max(pre.values(), default=0) < th.preempt_only_info:
+            return None
+        sev = Severity.INFO
+    elif longest < th.long_run_warn_ns and not many:
+        sev = Severity.INFO
+    elif longest >= th.long_run_critical_ns:
+        sev = Severity.CRITICAL
+    else:
+        sev = Severity.WARNING
+    top = sorted(by_g.items(), key=lambda kv: (-max(kv[1]), kv[0]))[:5]
+    goroutines = [
+        {"goid": g, "runs": len(ns), "longest_ns": max(ns), "preempt_requests": pre.get(g, 0)}
+        for g, ns in top
+    ]
+    for g, n in sorted(pre.items(), key=lambda kv: -kv[1])[:5]:
+        if g not in by_g:
+            goroutines.append({"goid": g, "runs": 0, "longest_ns": 0, "preempt_requests": n})
+    sampled = any(r.sampled for r in runs)
+    exact = any(not r.sampled for r in runs)
+    lead = goroutines[0]["goid"] if goroutines else 0
+    return Finding(
+        "long-running-goroutine",
+        sev,
+        f"Goroutine {lead} ran {_ms(longest):.0f} ms without yielding "
+        f"({inp.long_run_count} runs >= {th.long_run_ns // 1_000_000} ms, "
+        f"{sum(pre.values())} preemption requests)",
+        {
+            "long_runs": inp.long_run_count,
+            "longest_ns": longest,
+            "threshold_ns": th.long_run_ns,
+            "goroutines": goroutines,
+            "preempt_requests": sum(pre.values()),
+            "sources": {
+                "long_runs": "+".join(
+                    s for s, ok in (("events", exact), ("samples", sampled)) if ok
+                ) or "none",
+                "preempt_requests": "events (preemptone)",
+            },
+            "sampled": ["long_runs"] if sampled else [],
+        },
+        "A goroutine that runs 10 ms or more holds its P: others queue behind it until sysmon "
+        "preempts it (SIGURG). Break the loop into chunks, move it off the latency path, or "
+        "call runtime.Gosched() in tight loops; check the stack for an unexpected hot loop.",
+    )
+
+
+def failed_searches(ctx: Context) -> tuple[int, int, int]:
+    """(searches that ended idle, their ns, ns of P timeline looked at): a SEARCHING span
+    followed by IDLE is an M that looked for work, found none and gave its P up."""
+    n = ns = covered = 0
+    for p in ctx.snap.procs:
+        tl = p.timeline
+        for a, b in itertools.pairwise(tl):
+            if a.state == PState.SEARCHING and b.state == PState.IDLE:
+                n += 1
+                ns += a.end - a.start
+        if tl:
+            covered += tl[-1].end - tl[0].start
+    return n, ns, covered
+
+
+def idle_spinning(ctx: Context) -> Finding | None:
+    snap, th, sp = ctx.snap, ctx.th, ctx.inputs.spin
+    n, wasted, covered = failed_searches(ctx)
+    # Without pidleput events a P that went idle stays "searching": no judgement from those.
+    ev_ok = not ctx.sampled_mode and ctx.inputs.p_idles > 0 and covered > 0
+    rate = n / (covered / 1e9 / max(len(snap.procs), 1)) if covered else 0.0
+    ev_hit = ev_ok and wasted / covered >= th.spin_wall_share and rate >= th.spin_rate
+    sample_share = sp.spinning_samples / sp.samples if sp.samples else 0.0
+    sample_hit = sp.samples >= th.spin_min_samples and sample_share >= th.spin_sample_share
+    if not (ev_hit or sample_hit):
+        return None
+    st = snap.steals
+    failed = st.attempts - st.count
+    share = wasted / covered if covered else 0.0
+    title = (f"Ms spin looking for work: {100 * share:.0f}% of P time in searches that found "
+             f"nothing ({rate:.0f}/s per P)" if ev_hit else
+             f"Ms spin looking for work: nmspinning > 0 in {100 * sample_share:.0f}% of samples")
+    return Finding(
+        "idle-spinning",
+        Severity.WARNING,
+        title,
+        {
+            "failed_searches": n,
+            "failed_search_ns": wasted,
+            "failed_search_share": round(share, 3),
+            "per_second_per_p": round(rate, 1),
+            "timeline_ns": covered,
+            "steal_attempts": st.attempts,
+            "steal_failed": failed,
+            "nmspinning_sample_share": round(sample_share, 3),
+            "sched_samples": sp.samples,
+            "sources": {"failed_searches": ctx.timeline_source + " (findRunnable, pidleput)",
+                        "nmspinning": "samples",
+                        "steals": snap.sources.get("steal_attempts", "events")},
+            "sampled": ["nmspinning"] + (["failed_searches"] if snap.window == "windows" else []),
+        },
+        "Many short wake-ups keep waking Ms that find nothing to run, then sleep again: CPU "
+        "burnt in findRunnable (futex wake/sleep, steal attempts). Batch the work (fewer, "
+        "larger tasks), use fewer timers/tickers with coarser periods, or lower GOMAXPROCS "
+        "toward the real parallelism of the load.",
+    )

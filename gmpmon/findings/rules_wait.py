@@ -1,0 +1,255 @@
+"""Rules about waiting: syscall hand-offs, STW, locks, leaks, run queues, pinned threads."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+from gmpmon.findings.context import Context
+from gmpmon.findings.types import Finding, Severity
+from gmpmon.model.snapshot import GState
+
+SYSCALL_CAUSES = ("syscall-retake", "syscall-block", "unknown")
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 3)
+
+
+def _inner_frames(stack: tuple[str, ...], n: int = 8) -> list[str]:
+    """The innermost ``n`` frames, leaf first (stacks are stored root first)."""
+    return list(reversed(stack))[:n]
+
+
+def _site(stack: tuple[str, ...], skip: tuple[str, ...] = ("runtime.", "sync.",
+                                                           "internal/")) -> str:
+    """The innermost frame that is the program's own code (not runtime/sync)."""
+    for f in reversed(stack):
+        if not f.startswith(skip) and not f.startswith("["):
+            return f
+    return stack[-1] if stack else ""
+
+
+def syscall_handoff(ctx: Context) -> Finding | None:
+    ho, th, snap = ctx.inputs.handoffs, ctx.th, ctx.snap
+    n = sum(ho.by_cause.get(c, 0) for c in SYSCALL_CAUSES)
+    if n < th.handoff_min:
+        return None
+    rate = n / ctx.seconds
+    ptime = ctx.duration_ns * max(snap.gomaxprocs, 1)
+    no_m_share = ho.no_m_ns / ptime if ptime else 0.0
+    if rate < th.handoff_rate and no_m_share < th.no_m_share:
+        return None
+    crit = rate >= th.handoff_rate_critical or no_m_share >= 0.25
+    gs = sorted(ho.goroutines.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    return Finding(
+        "syscall-handoff",
+        Severity.CRITICAL if crit else Severity.WARNING,
+        f"{n} P hand-offs from blocked syscalls ({rate:.0f}/s); Ps spent "
+        f"{_ms(ho.no_m_ns):.0f} ms without an M",
+        {
+            "handoffs": n,
+            "per_second": round(rate, 1),
+            "by_cause": {c: ho.by_cause.get(c, 0) for c in SYSCALL_CAUSES if ho.by_cause.get(c)},
+            "syscalls": snap.syscalls,
+            "syscalls_blocking": snap.syscalls_blocking,
+            "no_m_ns": ho.no_m_ns,
+            "no_m_max_ns": ho.no_m_max_ns,
+            "no_m_share": round(no_m_share, 4),
+            "goroutines": [{"goid": g, "handoffs": c} for g, c in gs],
+            "sources": {"handoffs": "events (handoffp)",
+                        "causes": "events" if snap.window != "sampled" else "unknown (sample)",
+                        "no_m_ns": "events" if snap.window == "exact" else "events+samples"},
+            "sampled": ["no_m_ns"] if snap.window != "exact" else [],
+        },
+        "Syscalls block long enough (more than a sysmon tick, 20 us to 10 ms) that sysmon takes "
+        "their P and hands it to another M, which may have to be started. Use the netpoller "
+        "(non-blocking sockets, os.File with pollable fds) instead of blocking calls, batch "
+        "small syscalls (bufio), and move unavoidable blocking calls (disk I/O, DNS via cgo) "
+        "to a bounded worker pool.",
+    )
+
+
+def gc_stw_latency(ctx: Context) -> Finding | None:
+    snap, th, att = ctx.snap, ctx.th, ctx.attribution
+    share = att.share("stw")
+    time_share = snap.stw_total_ns / ctx.duration_ns if ctx.duration_ns else 0.0
+    tail_hit = att.samples >= th.stw_tail_min_samples and share >= th.stw_tail_share
+    pause_hit = snap.stw_count >= 2 and (time_share >= th.stw_time_share
+                                         or snap.stw_max_ns >= th.stw_max_ns)
+    if not (tail_hit or pause_hit):
+        return None
+    crit = tail_hit and share >= th.stw_tail_share_critical
+    reasons = sorted(snap.stw_reasons.items(), key=lambda kv: -kv[1][1])
+    title = (f"Stop-the-world pauses explain {100 * share:.0f}% of the tail scheduling "
+             f"latency" if tail_hit else
+             f"Stop-the-world pauses: {snap.stw_count}, {100 * time_share:.1f}% of the time, "
+             f"max {_ms(snap.stw_max_ns):.1f} ms")
+    return Finding(
+        "gc-stw-latency",
+        Severity.CRITICAL if crit else Severity.WARNING,
+        title,
+        {
+            "stw_count": snap.stw_count,
+            "stw_total_ns": snap.stw_total_ns,
+            "stw_max_ns": snap.stw_max_ns,
+            "stw_time_share": round(time_share, 4),
+            "by_reason": {k: {"count": c, "total_ns": t} for k, (c, t) in reasons},
+            "tail_threshold_ns": att.threshold_ns,
+            "tail_samples": att.samples,
+            "tail_stw_share": round(share, 3),
+            "sources": {"stw": "events (stopTheWorldWithSema)",
+                        "tail": att.source or "unavailable"},
+            "sampled": [],
+        },
+        "GC (or runtime.ReadMemStats, GOMAXPROCS changes...) stops every goroutine; waits "
+        "that overlap a pause land in the tail. Allocate less (pprof alloc_space), raise GOGC "
+        "or set GOMEMLIMIT so GC runs less often, and avoid calls that stop the world on "
+        "the hot path (see by_reason).",
+    )
+
+
+def lock_contention(ctx: Context) -> Finding | None:
+    snap, th = ctx.snap, ctx.th
+    if not snap.mutex_by_addr or snap.mutex_contentions < th.lock_min:
+        return None
+    addr, (count, wait) = max(snap.mutex_by_addr.items(), key=lambda kv: (kv[1][1], -kv[0]))
+    share = wait / snap.mutex_wait_ns if snap.mutex_wait_ns else 0.0
+    wall = wait / ctx.duration_ns if ctx.duration_ns else 0.0
+    if share < th.lock_share or wall < th.lock_wait_share or count < th.lock_min:
+        return None
+    stack = snap.mutex_stacks[0].stack if snap.mutex_stacks else ()
+    site = _site(stack)
+    crit = wall >= th.lock_wait_critical
+    return Finding(
+        "lock-contention",
+        Severity.CRITICAL if crit else Severity.WARNING,
+        f"One mutex (0x{addr:x}) holds {100 * share:.0f}% of mutex wait: "
+        f"{count} waits, {_ms(wait):.0f} ms" + (f", at {site}" if site else ""),
+        {
+            "addr": f"0x{addr:x}",
+            "count": count,
+            "wait_ns": wait,
+            "share_of_mutex_wait": round(share, 3),
+            "wait_per_second_ns": int(wait / ctx.seconds),
+            "site": site,
+            "contended_stack": _inner_frames(stack),
+            "holder_stack": None,
+            "holder_note": "gmpmon sees the waiters (lockSlow), not the holder; the holder is "
+                           "the code between Lock and Unlock of the same mutex",
+            "sources": {"mutex": "events (lockSlow)"},
+            "sampled": ["contended_stack"] if snap.window == "windows" else [],
+        },
+        f"Goroutines queue on one sync.Mutex{(' taken in ' + site) if site else ''}. Shorten "
+        "the critical section (no I/O or allocation under the lock), shard the state (one "
+        "lock per key range), use sync.RWMutex for read-mostly data or atomics for counters; "
+        "go test -mutexprofile / runtime.SetMutexProfileFraction shows the holder side.",
+    )
+
+
+def goroutine_leak(ctx: Context) -> Finding | None:
+    gr, th, snap = ctx.inputs.growth, ctx.th, ctx.snap
+    pts = gr.points
+    if len(pts) < 2:
+        return None
+    span = pts[-1][0] - pts[0][0]
+    growth = pts[-1][1] - pts[0][1]
+    if span < th.leak_min_seconds or growth < th.leak_min:
+        return None
+    ups = sum(1 for a, b in itertools.pairwise(pts) if b[1] > a[1])
+    steady = ups / (len(pts) - 1)
+    if steady < th.leak_steady:
+        return None
+    waiting = Counter(g.wait_reason or "?" for g in snap.goroutines
+                      if g.state == GState.WAITING)
+    reason, nreason = waiting.most_common(1)[0] if waiting else ("", 0)
+    parents = sorted(gr.parents.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    return Finding(
+        "goroutine-leak",
+        Severity.CRITICAL if growth >= th.leak_critical else Severity.WARNING,
+        f"Live goroutines grow steadily: +{growth} in {span} s ({growth / span:.0f}/s)"
+        + (f", most waiting in {reason!r}" if reason else ""),
+        {
+            "growth": growth,
+            "seconds": span,
+            "per_second": round(growth / span, 1),
+            "rising_share": round(steady, 2),
+            "series": [list(p) for p in pts[-30:]],
+            "wait_reason": reason,
+            "wait_reason_count": nreason,
+            "wait_reasons": dict(waiting.most_common(5)),
+            "creators": [{"goid": g, "live_created": n} for g, n in parents],
+            "creation_site": "",
+            "sources": {"series": gr.source, "wait_reasons": "events (last 500 goroutines)"},
+            "sampled": ["wait_reasons"] + (["series"] if snap.window == "windows" else []),
+        },
+        "Goroutines are created faster than they end and pile up blocked. Give every "
+        "goroutine a way out: a context with cancel/timeout, a closed channel, a "
+        "select with ctx.Done(); make sure channel sends have a receiver.",
+    )
+
+
+def runq_overflow(ctx: Context) -> Finding | None:
+    rq, th = ctx.inputs.runq, ctx.th
+    series = rq.global_series
+    rising = False
+    if len(series) >= 3:
+        vals = [v for _s, v in series[-10:]]
+        rising = vals[-1] > vals[0] and sum(
+            1 for a, b in itertools.pairwise(vals) if b >= a) >= 0.7 * (len(vals) - 1)
+    full = rq.full_local > 0 or rq.max_local >= th.runq_limit
+    big_global = rq.max_global >= th.global_runq
+    if not (full or (big_global and rising) or rq.max_global >= 4 * th.global_runq):
+        return None
+    title = (f"Local run queue of P{rq.max_local_p} at its {th.runq_limit} limit "
+             f"({rq.full_local} times): goroutines spill to the global queue"
+             if full else f"Global run queue grows to {rq.max_global}")
+    return Finding(
+        "runq-overflow",
+        Severity.CRITICAL if full and big_global else Severity.WARNING,
+        title,
+        {
+            "max_local": rq.max_local,
+            "max_local_p": rq.max_local_p,
+            "full_local": rq.full_local,
+            "limit": th.runq_limit,
+            "max_global": rq.max_global,
+            "global_rising": rising,
+            "global_series": [list(p) for p in series[-30:]],
+            "sources": {"runq": "samples" if rq.sampled else "events"},
+            "sampled": ["runq"] if rq.sampled else [],
+        },
+        "More goroutines become runnable at once than the Ps can take: a burst of go "
+        "statements (one per item/request) or mass wake-ups. Bound the concurrency with a "
+        "worker pool or a semaphore (golang.org/x/sync/semaphore, a buffered channel) "
+        "instead of one goroutine per item.",
+    )
+
+
+def cgo_pinning(ctx: Context) -> Finding | None:
+    ho, th = ctx.inputs.handoffs, ctx.th
+    n = ho.by_cause.get("locked-thread", 0)
+    rate = n / ctx.seconds
+    if n < th.locked_min or rate < th.locked_rate:
+        return None
+    gs = sorted(ho.locked_goroutines.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    evidence: dict[str, Any] = {
+        "locked_handoffs": n,
+        "per_second": round(rate, 1),
+        "locked_goroutines": [{"goid": g, "handoffs": c} for g, c in gs],
+        "no_m_ns": ho.no_m_ns,
+        "sources": {"locked_handoffs": "events (handoffp after gopark on the same M)"},
+        "sampled": [],
+    }
+    return Finding(
+        "cgo-pinning",
+        Severity.WARNING,
+        f"Goroutines locked to their thread block {n} times ({rate:.0f}/s): each time the M "
+        f"sleeps with them and hands its P off",
+        evidence,
+        "A goroutine pinned with runtime.LockOSThread (or held in a cgo call) keeps its M: "
+        "when it blocks, its P must be handed to another M and back. Lock the thread only "
+        "around the code that needs it (UnlockOSThread after), keep locked goroutines from "
+        "blocking on channels, and batch cgo calls so fewer, longer calls cross the boundary.",
+    )

@@ -1,0 +1,408 @@
+"""FindingsTracker: what the findings engine needs that the Snapshot does not keep.
+
+Fed the same events as the Model, in the order the Model applies them (Model._apply hands
+every applied chunk on), so that live and replay give the same inputs. Pure and bounded:
+series are per second, tables are capped. Only a few kinds are looked at; the rest are
+skipped by a C-level filter (itertools.compress over the kind column), so the model's hot
+loop pays ~40 ns an event for it.
+
+What it keeps, by the finding that uses it:
+
+- long-running-goroutine: per P, the G running and since when (EXECUTE .. the next event
+  that takes it off: PARK, PREEMPTED, GO_EXIT, SYSCALL_ENTER, SCHED); in sample mode the
+  same from P samples (same G, same schedtick across samples). PREEMPT_REQ per goid.
+- syscall-handoff / cgo-pinning: each HANDOFF's cause, from the last event of the M that
+  called handoffp (a PARK just before: a LockOSThread'ed G blocked and its M took the P
+  with it to sleep, ``stoplockedm``; a blocking SYSCALL_ENTER: ``entersyscallblock``; an M
+  that runs no goroutine: sysmon's ``retake`` of a P stuck in a syscall), and how long the
+  P stayed without an M (until an EXECUTE/SCHED on it, or a P sample with an M).
+- runq-overflow / cpu-saturation: local and global run-queue lengths (EXECUTE a1, SCHED,
+  P and SCHED samples).
+- goroutine-leak: creates minus exits, one point per second, and creator goids of the live.
+- idle-spinning: nmspinning / npidle from SCHED samples.
+- cpu-throttled: first and last CGROUP_CPU reading.
+- latency attribution: (ready, execute, P, goid) of recent latency samples (the Model
+  appends them in _on_execute; bounded deque).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import compress
+from operator import itemgetter
+
+from gmpmon.events import U64_MAX, CgroupField, EventTuple, Header, Kind
+from gmpmon.findings.types import (
+    CgroupCpu,
+    FindingsInputs,
+    GrowthSeries,
+    HandoffStats,
+    LongRun,
+    RunqStats,
+    SpinStats,
+)
+
+LONG_RUN_NS = 10_000_000  # sysmon's forcePreemptNS: a G on one P this long gets preempted
+LATENCY_SAMPLES = 20_000
+MAX_LONG_RUNS = 64
+MAX_TABLE = 10_000
+CAUSE_WINDOW_NS = 2_000_000  # a PARK/SYSCALL_ENTER on the same M this recent caused a hand-off
+RUNQ_MAX = 256  # len(p.runq)
+_NS = 1_000_000_000
+
+K_EXECUTE, K_SCHED, K_PARK = int(Kind.EXECUTE), int(Kind.SCHED), int(Kind.PARK)
+K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
+K_SYSCALL_ENTER, K_HANDOFF = int(Kind.SYSCALL_ENTER), int(Kind.HANDOFF)
+K_PREEMPT_REQ, K_PREEMPTED = int(Kind.PREEMPT_REQ), int(Kind.PREEMPTED)
+K_P_SAMPLE, K_SCHED_SAMPLE = int(Kind.P_SAMPLE), int(Kind.SCHED_SAMPLE)
+K_LOST, K_WINDOW, K_CGROUP = int(Kind.LOST), int(Kind.WINDOW), int(Kind.CGROUP_CPU)
+K_P_IDLE = int(Kind.P_IDLE)
+WANT = frozenset(
+    {
+        K_P_IDLE, K_EXECUTE, K_SCHED, K_PARK, K_GO_CREATE, K_GO_EXIT, K_SYSCALL_ENTER, K_HANDOFF,
+        K_PREEMPT_REQ, K_PREEMPTED, K_P_SAMPLE, K_SCHED_SAMPLE, K_LOST, K_WINDOW, K_CGROUP,
+    }
+)
+HOT = frozenset(
+    {K_EXECUTE, K_SCHED, K_PARK, K_GO_CREATE, K_GO_EXIT, K_SYSCALL_ENTER, K_PREEMPTED, K_P_IDLE}
+)
+_KIND = itemgetter(1)
+_P_RUNNING_STATUS = 1  # index of "running" in Header.p_status (events.P_SAMPLE a0 & 0xff)
+
+
+class FindingsTracker:
+    def __init__(self, header: Header) -> None:
+        self.header = header
+        self.latency_samples: deque[tuple[int, int, int, int]] = deque(maxlen=LATENCY_SAMPLES)
+        self._want = WANT.__contains__
+        # Mirrors the Model: in default mode hot kinds count only inside WINDOW 1..0.
+        self._hot = header.mode not in ("sample", "default")
+        self._gated = header.mode == "default"
+        self._t0 = -1
+        # long runs
+        self._run: dict[int, tuple[int, int]] = {}  # P -> (goid, start)
+        self._srun: dict[int, tuple[int, int, int, int]] = {}  # P -> (goid, tick, first, last)
+        self.long_runs: list[LongRun] = []
+        self.long_run_count = 0
+        self.preempt_by_goid: dict[int, int] = {}
+        # hand-offs
+        self._m_last: dict[int, tuple[int, int, int, int]] = {}  # tid -> (ts, kind, g, a0)
+        self._handed: dict[int, int] = {}  # P -> hand-off ts (no M yet)
+        self.handoffs = 0
+        self.handoff_cause: dict[str, int] = {}
+        self.no_m_ns = 0
+        self.no_m_max_ns = 0
+        self.handoff_g: dict[int, int] = {}
+        self.locked_g: dict[int, int] = {}
+        # run queues
+        self.max_local = 0
+        self.max_local_p = -1
+        self.full_local = 0
+        self.local_sum = 0
+        self.local_n = 0
+        self.runq_sampled = False
+        self.max_global = 0
+        self._gseries: dict[int, int] = {}
+        # goroutine growth
+        self._net = 0
+        self._live_series: dict[int, int] = {}
+        self._parent_of: dict[int, int] = {}
+        # spinning
+        self.spin_samples = 0
+        self.p_idles = 0
+        self.spin_nonzero = 0
+        self.spin_sum = 0
+        self.idle_sum = 0
+        # cgroup
+        self._cg_first: dict[int, int] = {}
+        self._cg_last: dict[int, int] = {}
+        self._cg_version = 0
+        self._cg_first_ts = 0
+        self._cg_last_ts = 0
+        self._cg_reads = 0
+        self._p_running = _p_running_index(header.p_status)
+
+    # ------------------------------------------------------------------ input
+
+    def apply(self, events: list[EventTuple]) -> None:
+        if self._t0 < 0 and events:
+            self._t0 = events[0][0]
+        for e in compress(events, map(self._want, map(_KIND, events))):
+            k = e[1]
+            if self._gated and not self._hot and k in HOT:
+                continue
+            if k == K_EXECUTE:
+                self._execute(e)
+            elif k == K_SCHED:
+                self._sched(e)
+            elif k in (K_PARK, K_PREEMPTED, K_GO_EXIT, K_SYSCALL_ENTER):
+                self._off_p(e)
+            elif k == K_GO_CREATE:
+                self._create(e)
+            elif k == K_HANDOFF:
+                self._handoff(e)
+            elif k == K_PREEMPT_REQ:
+                g = e[4]
+                if g:
+                    self._bump(self.preempt_by_goid, g)
+            elif k == K_P_SAMPLE:
+                self._p_sample(e)
+            elif k == K_SCHED_SAMPLE:
+                self._sched_sample(e)
+            elif k == K_CGROUP:
+                self._cgroup(e)
+            elif k == K_P_IDLE:
+                self.p_idles += 1
+            else:  # LOST, WINDOW: what happened in between is unknown
+                if k == K_WINDOW:
+                    self._hot = bool(e[5])
+                self._run.clear()
+                self._m_last.clear()
+
+    @staticmethod
+    def _bump(d: dict[int, int], key: int, by: int = 1) -> None:
+        if key in d or len(d) < MAX_TABLE:
+            d[key] = d.get(key, 0) + by
+
+    def _sec(self, ts: int) -> int:
+        return max(0, ts - self._t0) // _NS
+
+    def _runq(self, p: int, n: int, sampled: bool) -> None:
+        if n > 1 << 20:
+            return
+        self.local_sum += n
+        self.local_n += 1
+        if n >= RUNQ_MAX:
+            self.full_local += 1
+        if n > self.max_local:
+            self.max_local = n
+            self.max_local_p = p
+        if sampled:
+            self.runq_sampled = True
+
+    def _global(self, ts: int, n: int) -> None:
+        if n == U64_MAX or n > 1 << 31:
+            return
+        if n > self.max_global:
+            self.max_global = n
+        s = self._sec(ts)
+        if n > self._gseries.get(s, -1):
+            self._gseries[s] = n
+
+    def _end_run(self, p: int, ts: int) -> None:
+        cur = self._run.pop(p, None)
+        if cur is None:
+            return
+        goid, start = cur
+        if ts - start >= LONG_RUN_NS:
+            self._long(LongRun(goid, p, start, ts - start, False))
+
+    def _long(self, run: LongRun) -> None:
+        self.long_run_count += 1
+        lr = self.long_runs
+        lr.append(run)
+        if len(lr) > MAX_LONG_RUNS * 2:
+            lr.sort(key=lambda r: (-r.ns, r.start))
+            del lr[MAX_LONG_RUNS:]
+
+    def _got_m(self, p: int, ts: int) -> None:
+        t = self._handed.pop(p, None)
+        if t is not None:
+            d = ts - t
+            self.no_m_ns += d
+            if d > self.no_m_max_ns:
+                self.no_m_max_ns = d
+
+    def _execute(self, e: EventTuple) -> None:
+        ts, _, p, m, g, _a0, a1 = e
+        if p < 0:
+            return
+        self._end_run(p, ts)
+        self._run[p] = (g, ts)
+        if self._handed:
+            self._got_m(p, ts)
+        self._runq(p, a1, False)
+        if m:
+            self._m_last.pop(m, None)
+
+    def _sched(self, e: EventTuple) -> None:
+        ts, _, p, _m, _g, a0, a1 = e
+        self._global(ts, a1)
+        if p < 0:
+            return
+        self._end_run(p, ts)
+        if self._handed:
+            self._got_m(p, ts)
+        self._runq(p, a0, False)
+
+    def _off_p(self, e: EventTuple) -> None:
+        ts, k, p, m, g, a0, _a1 = e
+        if p >= 0:
+            run = self._run.get(p)
+            if run is not None and run[0] == g:
+                self._end_run(p, ts)
+        if k == K_GO_EXIT:
+            self._net -= 1
+            self._live_series[self._sec(ts)] = self._net
+            self._parent_of.pop(g, None)
+        elif m and (k in (K_PARK, K_SYSCALL_ENTER)):
+            self._m_last[m] = (ts, k, g, a0)
+
+    def _create(self, e: EventTuple) -> None:
+        ts, _, _p, _m, g, a0, _a1 = e
+        self._net += 1
+        self._live_series[self._sec(ts)] = self._net
+        if len(self._parent_of) < 100_000:
+            self._parent_of[g] = a0
+
+    def _handoff(self, e: EventTuple) -> None:
+        ts, _, p, m, g, _a0, _a1 = e
+        self.handoffs += 1
+        last = self._m_last.pop(m, None) if m else None
+        if last is not None and ts - last[0] <= CAUSE_WINDOW_NS:
+            if last[1] == K_PARK:
+                cause = "locked-thread"
+                self._bump(self.locked_g, last[2])
+            elif last[3]:
+                cause = "syscall-block"
+                self._bump(self.handoff_g, last[2])
+            else:
+                cause = "syscall-retake"
+                self._bump(self.handoff_g, last[2])
+        elif not self._hot:
+            cause = "unknown"  # no PARK/SYSCALL_ENTER events to tell: sample mode, off-window
+            if g:
+                self._bump(self.handoff_g, g)
+        else:
+            cause = "syscall-retake"  # sysmon's M: it runs no goroutine
+            if g:
+                self._bump(self.handoff_g, g)
+        self.handoff_cause[cause] = self.handoff_cause.get(cause, 0) + 1
+        if p >= 0:
+            self._run.pop(p, None)
+            self._handed[p] = ts
+
+    def _p_sample(self, e: EventTuple) -> None:
+        ts, _, p, m, g, a0, tick = e
+        if p < 0:
+            return
+        self._runq(p, (a0 >> 16) & 0xFFFFFFFF, True)
+        if m and self._handed:
+            self._got_m(p, ts)
+        running = (a0 & 0xFF) == self._p_running and g != 0
+        cur = self._srun.get(p)
+        if cur is not None and running and cur[0] == g and cur[1] == tick:
+            self._srun[p] = (g, tick, cur[2], ts)
+            return
+        if cur is not None and cur[3] - cur[2] >= LONG_RUN_NS:
+            # Ran at least from the first to the last sample that saw it: a lower bound.
+            self._long(LongRun(cur[0], p, cur[2], cur[3] - cur[2], True))
+        if running:
+            self._srun[p] = (g, tick, ts, ts)
+        else:
+            self._srun.pop(p, None)
+
+    def _sched_sample(self, e: EventTuple) -> None:
+        ts, a0, a1 = e[0], e[5], e[6]
+        npidle, nmspinning = a0 & 0xFFFFFFFF, a0 >> 32
+        self.spin_samples += 1
+        if nmspinning:
+            self.spin_nonzero += 1
+            self.spin_sum += nmspinning
+        self.idle_sum += npidle
+        self._global(ts, a1)
+
+    def _cgroup(self, e: EventTuple) -> None:
+        ts, field, value, version = e[0], e[4], e[5], e[6]
+        if version != self._cg_version:
+            self._cg_first.clear()
+            self._cg_last.clear()
+            self._cg_version = version
+            self._cg_reads = 0
+            self._cg_first_ts = ts
+        if ts != self._cg_last_ts:
+            self._cg_reads += 1
+        self._cg_first.setdefault(field, value)
+        self._cg_last[field] = value
+        self._cg_last_ts = ts
+
+    # ------------------------------------------------------------------ output
+
+    def inputs(self, now: int) -> FindingsInputs:
+        """The tracker's view at ``now`` (open runs count up to ``now``)."""
+        runs = list(self.long_runs)
+        count = self.long_run_count
+        for p, (goid, start) in self._run.items():
+            if now - start >= LONG_RUN_NS:
+                runs.append(LongRun(goid, p, start, now - start, False))
+                count += 1
+        for p, (goid, _tick, first, last) in self._srun.items():
+            if last - first >= LONG_RUN_NS:
+                runs.append(LongRun(goid, p, first, last - first, True))
+                count += 1
+        runs.sort(key=lambda r: (-r.ns, r.start))
+        no_m, no_m_max = self.no_m_ns, self.no_m_max_ns
+        for t in self._handed.values():
+            no_m += max(0, now - t)
+            no_m_max = max(no_m_max, now - t)
+        parents: dict[int, int] = {}
+        for parent in self._parent_of.values():
+            parents[parent] = parents.get(parent, 0) + 1
+        live = sorted(self._live_series.items())
+        return FindingsInputs(
+            cgroup=self._cgroup_view(),
+            long_runs=tuple(runs[:MAX_LONG_RUNS]),
+            long_run_count=count,
+            preempt_by_goid=dict(self.preempt_by_goid),
+            handoffs=HandoffStats(
+                count=self.handoffs,
+                by_cause=dict(sorted(self.handoff_cause.items())),
+                no_m_ns=no_m,
+                no_m_max_ns=no_m_max,
+                goroutines=dict(self.handoff_g),
+                locked_goroutines=dict(self.locked_g),
+            ),
+            runq=RunqStats(
+                max_local=self.max_local,
+                max_local_p=self.max_local_p,
+                full_local=self.full_local,
+                max_global=self.max_global,
+                global_series=tuple(sorted(self._gseries.items())),
+                local_sum=self.local_sum,
+                local_n=self.local_n,
+                sampled=self.runq_sampled,
+            ),
+            growth=GrowthSeries(tuple(live), "events", parents),
+            spin=SpinStats(self.spin_samples, self.spin_nonzero, self.spin_sum, self.idle_sum),
+            latency_samples=tuple(self.latency_samples),
+            gomaxprocs=self.header.gomaxprocs,
+            p_idles=self.p_idles,
+        )
+
+    def _cgroup_view(self) -> CgroupCpu | None:
+        if not self._cg_last:
+            return None
+        f, last = self._cg_first, self._cg_last
+        quota = last.get(CgroupField.QUOTA_US, U64_MAX)
+
+        def delta(k: int) -> int:
+            return max(0, last.get(k, 0) - f.get(k, 0))
+
+        return CgroupCpu(
+            version=self._cg_version,
+            quota_us=-1 if quota == U64_MAX else quota,
+            period_us=last.get(CgroupField.PERIOD_US, 0),
+            nr_periods=delta(CgroupField.NR_PERIODS),
+            nr_throttled=delta(CgroupField.NR_THROTTLED),
+            throttled_ns=delta(CgroupField.THROTTLED_NS),
+            first_ts=self._cg_first_ts,
+            last_ts=self._cg_last_ts,
+            readings=self._cg_reads,
+        )
+
+
+def _p_running_index(names: tuple[str, ...]) -> int:
+    for i, n in enumerate(names):
+        if n in ("running", "_Prunning"):
+            return i
+    return _P_RUNNING_STATUS

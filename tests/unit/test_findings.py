@@ -1,0 +1,431 @@
+"""Golden scenarios for the findings engine: one per finding id, each written as the probes
+(and the sampler, the cgroup reader) would emit it, plus a healthy workload in every mode
+that must get no warning. Times in µs (``us``); expected values worked out by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import pytest
+
+from gmpmon.events import U64_MAX, Batch, CgroupField, EventTuple, Header, Kind, LockKind
+from gmpmon.findings.engine import FINDING_IDS
+from gmpmon.findings.types import Finding, Severity
+from gmpmon.model import Model
+from gmpmon.model.snapshot import Snapshot
+from gmpmon.report import summary, text_report
+
+WAIT_REASONS = ("", "GC assist marking", "IO wait", "chan receive", "sleep", "sync.Mutex.Lock")
+SLEEP, CHANRECV = 4, 3
+T0 = 1_000_000_000_000
+MS = 1000.0  # µs per ms
+P_IDLE_ST, P_RUNNING_ST = 0, 1  # Header.p_status indices
+G_RUNNING_ST, G_WAITING_ST = 2, 4
+
+
+def us(n: float) -> int:
+    return T0 + int(n * 1000)
+
+
+def ev(t: float, kind: Kind, p: int = -1, m: int = 0, g: int = 0, a0: int = 0,
+       a1: int = 0) -> EventTuple:
+    return (us(t), int(kind), p, m, g, a0, a1)
+
+
+def header(mode: str = "full", gomaxprocs: int = 2, go: str = "go1.27.3") -> Header:
+    return Header(pid=42, exe="/bin/target", go_version=go, gomaxprocs=gomaxprocs, mode=mode,
+                  start_ns=T0, wall_start=0.0, wait_reasons=WAIT_REASONS,
+                  stw_reasons=("", "GC mark termination"),
+                  p_status=("idle", "running", "syscall", "gcstop", "dead"))
+
+
+def run(events: Iterable[EventTuple], *, mode: str = "full", gomaxprocs: int = 2,
+        go: str = "go1.27.3", stacks: dict[int, tuple[str, ...]] | None = None) -> Snapshot:
+    model = Model(header(mode, gomaxprocs, go))
+    evs = sorted(events, key=lambda e: e[0])
+    model.feed(Batch(evs, stacks or {}))
+    model.flush()
+    return model.snapshot()
+
+
+def by_id(s: Snapshot) -> dict[str, Finding]:
+    return {f.id: f for f in s.findings}
+
+
+def alarms(s: Snapshot) -> list[str]:
+    return [f"{f.id}:{f.severity.label}" for f in s.findings if f.severity >= Severity.WARNING]
+
+
+# ---------------------------------------------------------------- healthy, every mode
+
+def sleeper_events(seconds: float = 3.0, gs: int = 10, mode: str = "full") -> list[EventTuple]:
+    """``gs`` goroutines each sleeping 100 ms, running 50 µs; Ps idle in between. Hot events
+    in full mode (and inside windows in default mode), P/SCHED samples in sample/default."""
+    out: list[EventTuple] = []
+    hot = mode in ("full", "default")
+    t = 0.0
+    while t < seconds * 1e6:
+        for i in range(gs):
+            wake = t + i * 7 * MS
+            p = i % 2
+            g = 10 + i
+            in_window = mode == "full" or (wake % 1e6) < 200 * MS
+            if hot and in_window:
+                out += [
+                    ev(wake, Kind.READY, m=90, g=g, a1=SLEEP),
+                    ev(wake + 5, Kind.SCHED, p=p, m=100 + p, a0=0, a1=0),
+                    ev(wake + 20, Kind.EXECUTE, p=p, m=100 + p, g=g, a1=0),
+                    ev(wake + 70, Kind.PARK, p=p, m=100 + p, g=g, a0=SLEEP),
+                    ev(wake + 80, Kind.P_IDLE, p=p, m=100 + p),
+                ]
+        t += 100 * MS
+    if mode in ("sample", "default"):
+        t = 0.0
+        while t < seconds * 1e6:
+            for p in range(2):
+                out.append(ev(t + 1, Kind.P_SAMPLE, p=p, a0=P_IDLE_ST, a1=1000 + int(t // 1e5)))
+            out.append(ev(t + 2, Kind.SCHED_SAMPLE, a0=2, a1=0))
+            t += 10 * MS
+    if mode == "default":
+        for sec in range(int(seconds) + 1):
+            out.append(ev(sec * 1e6, Kind.WINDOW, a0=1))
+            out.append(ev(sec * 1e6 + 200 * MS, Kind.WINDOW, a0=0))
+    # A cgroup with no quota, read every 500 ms, never throttled.
+    for k in range(int(seconds * 2) + 1):
+        out += cgroup_events(k * 500 * MS, quota=-1, periods=0, throttled=0, throttled_ns=0)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["full", "default", "sample"])
+def test_healthy_sleeper_gets_no_warning_in_any_mode(mode: str) -> None:
+    s = run(sleeper_events(mode=mode), mode=mode)
+    assert alarms(s) == [], [f.to_json() for f in s.findings]
+    assert "none: no scheduler pathology detected" in text_report(s)
+    doc = summary(s)
+    assert doc["findings"] == [f.to_json() for f in s.findings]
+
+
+# ---------------------------------------------------------------- cpu-saturation
+
+def saturated_events(seconds: float = 1.0) -> list[EventTuple]:
+    """Both Ps run goroutines back to back, each preempted after 10 ms; the next one waited
+    5 ms in a run queue of 3."""
+    out: list[EventTuple] = []
+    g = 100
+    cur = {0: 0, 1: 0}
+    t = 0.0
+    while t < seconds * 1e6:
+        for p in (0, 1):
+            if cur[p]:
+                out.append(ev(t, Kind.PREEMPTED, p=p, m=100 + p, g=cur[p], a0=1))
+            g += 1
+            out.append(ev(t - 5 * MS, Kind.READY, m=100 + p, g=g, a1=CHANRECV))
+            out.append(ev(t + 1, Kind.EXECUTE, p=p, m=100 + p, g=g, a1=3))
+            cur[p] = g
+        t += 10 * MS
+    return out
+
+
+def test_cpu_saturation_all_ps_running_with_queued_goroutines() -> None:
+    s = run(saturated_events())
+    f = by_id(s)["cpu-saturation"]
+    assert f.severity >= Severity.WARNING
+    assert f.evidence["runq_mean"] == 3.0
+    assert f.evidence["sched_latency_p99_ns"] >= 4_000_000
+    assert min(f.evidence["p_running_share"].values()) > 0.99
+    assert f.evidence["tail_wait_all_running_share"] > 0.9
+    att = s.latency_attribution
+    assert att is not None and att.share("all_running") > 0.9
+    assert "GOMAXPROCS" in f.advice
+
+
+# ---------------------------------------------------------------- cpu-throttled
+
+def cgroup_events(t: float, *, quota: int, periods: int, throttled: int, throttled_ns: int,
+                  version: int = 1) -> list[EventTuple]:
+    q = U64_MAX if quota < 0 else quota
+    return [ev(t, Kind.CGROUP_CPU, g=int(f), a0=v, a1=version) for f, v in (
+        (CgroupField.QUOTA_US, q), (CgroupField.PERIOD_US, 100_000),
+        (CgroupField.NR_PERIODS, periods), (CgroupField.NR_THROTTLED, throttled),
+        (CgroupField.THROTTLED_NS, throttled_ns), (CgroupField.USAGE_NS, 0))]
+
+
+def throttled_events(quota: int = 50_000) -> list[EventTuple]:
+    out = sleeper_events(seconds=2)
+    out = [e for e in out if e[1] != Kind.CGROUP_CPU]
+    for k in range(5):  # 10 periods per 500 ms read, 6 of them throttled
+        out += cgroup_events(k * 500 * MS, quota=quota, periods=10 * k, throttled=6 * k,
+                             throttled_ns=k * 150_000_000)
+    return out
+
+
+@pytest.mark.parametrize(("go", "reads_quota"), [("go1.24.11", False), ("go1.25.5", True)])
+def test_cpu_throttled_counts_growing_and_says_which_go_reads_quotas(
+        go: str, reads_quota: bool) -> None:
+    s = run(throttled_events(), go=go)
+    f = by_id(s)["cpu-throttled"]
+    assert f.severity == Severity.CRITICAL  # 60% of periods throttled
+    ev_ = f.evidence
+    assert (ev_["nr_periods"], ev_["nr_throttled"], ev_["throttled_ns"]) == (40, 24, 600_000_000)
+    assert ev_["quota_cpus"] == 0.5 and ev_["gomaxprocs"] == 2
+    assert ev_["go_reads_quota"] is reads_quota
+    assert ("ignores CPU quotas" in f.advice) is (not reads_quota)
+    assert ("Go 1.25+" in f.advice)
+    assert "GOMAXPROCS=2 > quota 0.5 CPUs" in f.title
+    assert s.cgroup_cpu is not None and s.cgroup_cpu.version == 1
+
+
+def test_cpu_throttled_gomaxprocs_over_quota_without_throttling_is_a_warning() -> None:
+    out = [e for e in sleeper_events(seconds=2) if e[1] != Kind.CGROUP_CPU]
+    out += cgroup_events(0, quota=100_000, periods=0, throttled=0, throttled_ns=0, version=2)
+    s = run(out, gomaxprocs=4)
+    f = by_id(s)["cpu-throttled"]
+    assert f.severity == Severity.WARNING
+    assert f.evidence["cgroup_version"] == 2 and f.evidence["nr_throttled"] == 0
+
+
+def test_quota_that_fits_gomaxprocs_and_no_throttling_is_silent() -> None:
+    out = [e for e in sleeper_events(seconds=2) if e[1] != Kind.CGROUP_CPU]
+    out += cgroup_events(0, quota=200_000, periods=0, throttled=0, throttled_ns=0)
+    out += cgroup_events(1e6, quota=200_000, periods=10, throttled=0, throttled_ns=0)
+    assert "cpu-throttled" not in by_id(run(out))
+
+
+# ---------------------------------------------------------------- long-running-goroutine
+
+def test_long_running_goroutine_from_events_names_the_goroutine() -> None:
+    out = sleeper_events(seconds=1)
+    for k in range(4):  # G7 runs 50 ms at a stretch on P2, four times
+        t = 100 * MS + k * 200 * MS
+        out += [ev(t, Kind.EXECUTE, p=2, m=102, g=7), ev(t + 30 * MS, Kind.PREEMPT_REQ, p=2, g=7),
+                ev(t + 50 * MS, Kind.PREEMPTED, p=2, m=102, g=7, a0=1)]
+    s = run(out, gomaxprocs=3)
+    f = by_id(s)["long-running-goroutine"]
+    assert f.severity == Severity.WARNING
+    assert f.evidence["goroutines"][0] == {"goid": 7, "runs": 4, "longest_ns": 50_000_000,
+                                           "preempt_requests": 4}
+    assert f.evidence["sampled"] == []
+
+
+def test_long_running_goroutine_from_samples_in_sample_mode() -> None:
+    out = sleeper_events(seconds=1, mode="sample")
+    out = [e for e in out if not (e[1] == Kind.P_SAMPLE and e[2] == 0 and e[0] < us(300 * MS))]
+    for k in range(30):  # P0 runs G9 with one schedtick for 300 ms
+        out.append(ev(k * 10 * MS + 1, Kind.P_SAMPLE, p=0, m=100, g=9,
+                      a0=P_RUNNING_ST | (G_RUNNING_ST << 8), a1=5))
+    s = run(out, mode="sample")
+    f = by_id(s)["long-running-goroutine"]
+    assert f.severity == Severity.CRITICAL  # >= 200 ms
+    assert f.evidence["goroutines"][0]["goid"] == 9
+    assert f.evidence["sampled"] == ["long_runs"]
+
+
+# ---------------------------------------------------------------- syscall-handoff
+
+def test_syscall_handoff_by_sysmon_retake_and_time_without_an_m() -> None:
+    out = sleeper_events(seconds=1)
+    for k in range(100):
+        t = k * 10 * MS + 3 * MS
+        out += [ev(t, Kind.EXECUTE, p=0, m=111, g=5),
+                ev(t + 10, Kind.SYSCALL_ENTER, p=0, m=111, g=5),
+                ev(t + 60, Kind.HANDOFF, p=0, m=99, g=5),  # sysmon's M
+                ev(t + 1060, Kind.EXECUTE, p=0, m=112, g=6),
+                ev(t + 1100, Kind.PARK, p=0, m=112, g=6, a0=CHANRECV),
+                ev(t + 2000, Kind.SYSCALL_EXIT, m=111, g=5)]
+    s = run(out)
+    f = by_id(s)["syscall-handoff"]
+    assert f.severity == Severity.WARNING
+    assert f.evidence["handoffs"] == 100
+    assert f.evidence["by_cause"] == {"syscall-retake": 100}
+    assert 95_000_000 <= f.evidence["no_m_ns"] <= 100_000_000  # the sleeper uses P0 too
+    assert f.evidence["goroutines"] == [{"goid": 5, "handoffs": 100}]
+    assert "cgo-pinning" not in by_id(s)
+
+
+# ---------------------------------------------------------------- cgo-pinning
+
+def test_locked_thread_blocking_hands_its_p_off() -> None:
+    out = sleeper_events(seconds=1)
+    for k in range(50):
+        t = k * 20 * MS + 4 * MS
+        out += [ev(t, Kind.EXECUTE, p=1, m=121, g=9),
+                ev(t + 100, Kind.PARK, p=1, m=121, g=9, a0=CHANRECV),
+                ev(t + 120, Kind.HANDOFF, p=1, m=121, g=0),  # stoplockedm: the same M
+                ev(t + 500, Kind.EXECUTE, p=1, m=122, g=11),
+                ev(t + 520, Kind.PARK, p=1, m=122, g=11, a0=CHANRECV)]
+    s = run(out)
+    f = by_id(s)["cgo-pinning"]
+    assert f.evidence["locked_handoffs"] == 50
+    assert f.evidence["locked_goroutines"] == [{"goid": 9, "handoffs": 50}]
+    assert "syscall-handoff" not in by_id(s)
+
+
+# ---------------------------------------------------------------- gc-stw-latency
+
+def test_gc_stw_explains_the_tail_latency() -> None:
+    out: list[EventTuple] = []
+    g = 200
+    for k in range(200):  # 200 quick wake-ups of 20 µs ...
+        t = k * 5 * MS
+        g += 1
+        p = k % 2
+        out += [ev(t, Kind.READY, m=90, g=g, a1=CHANRECV),
+                ev(t + 20, Kind.EXECUTE, p=p, m=100 + p, g=g),
+                ev(t + 60, Kind.PARK, p=p, m=100 + p, g=g, a0=CHANRECV)]
+    for k in range(5):  # ... and five that wait out a 3 ms stop-the-world
+        t = k * 200 * MS + 2 * MS
+        g += 1
+        out += [ev(t, Kind.READY, m=90, g=g, a1=CHANRECV),
+                ev(t + 10, Kind.STW_START, m=90, a0=1),
+                ev(t + 3010, Kind.STW_END, m=90, a0=1, a1=3_000_000),
+                ev(t + 3050, Kind.EXECUTE, p=0, m=100, g=g),
+                ev(t + 3100, Kind.PARK, p=0, m=100, g=g, a0=CHANRECV)]
+    s = run(out)
+    f = by_id(s)["gc-stw-latency"]
+    assert f.evidence["tail_samples"] >= 3
+    assert f.evidence["tail_stw_share"] > 0.9
+    assert f.severity == Severity.CRITICAL
+    assert f.evidence["by_reason"] == {"GC mark termination": {"count": 5,
+                                                               "total_ns": 15_000_000}}
+
+
+# ---------------------------------------------------------------- lock-contention
+
+STACK = ("runtime.goexit.abi0", "main.worker", "main.(*ledger).record",
+         "internal/sync.(*Mutex).lockSlow")
+
+
+def test_lock_contention_one_address_names_the_site() -> None:
+    out = sleeper_events(seconds=1)
+    for k in range(50):  # 50 waits of 5 ms on one mutex, 2 of 1 µs on another
+        t = k * 20 * MS
+        out += [ev(t, Kind.MUTEX_ADDR, g=30 + k % 4, a0=0xC000100, a1=int(LockKind.MUTEX)),
+                ev(t, Kind.MUTEX, g=30 + k % 4, a0=5_000_000, a1=1)]
+    for k in range(2):
+        out += [ev(k * MS + 1, Kind.MUTEX_ADDR, g=40, a0=0xC000200, a1=int(LockKind.MUTEX)),
+                ev(k * MS + 1, Kind.MUTEX, g=40, a0=1000, a1=2)]
+    s = run(out, stacks={1: STACK, 2: ("main.other",)})
+    f = by_id(s)["lock-contention"]
+    assert f.evidence["addr"] == "0xc000100"
+    assert f.evidence["count"] == 50 and f.evidence["wait_ns"] == 250_000_000
+    assert f.evidence["site"] == "main.(*ledger).record"
+    assert f.evidence["contended_stack"][:2] == ["internal/sync.(*Mutex).lockSlow",
+                                                  "main.(*ledger).record"]
+    assert "main.(*ledger).record" in f.title
+
+
+# ---------------------------------------------------------------- goroutine-leak
+
+def test_goroutine_leak_steady_growth_and_the_wait_reason() -> None:
+    out = sleeper_events(seconds=6)
+    g = 1000
+    for k in range(6 * 50):  # G1 creates 50 goroutines a second; each blocks for good
+        t = k * 20 * MS + 11
+        g += 1
+        out += [ev(t, Kind.GO_CREATE, g=g, a0=1),
+                ev(t + 30, Kind.EXECUTE, p=1, m=101, g=g),
+                ev(t + 40, Kind.PARK, p=1, m=101, g=g, a0=CHANRECV)]
+    s = run(out)
+    f = by_id(s)["goroutine-leak"]
+    assert f.evidence["growth"] >= 240
+    assert f.evidence["wait_reason"] == "chan receive"
+    assert f.evidence["creators"][0] == {"goid": 1, "live_created": 300}
+
+
+def test_goroutines_that_come_and_go_are_no_leak() -> None:
+    out = sleeper_events(seconds=6)
+    for k in range(6 * 50):
+        t = k * 20 * MS + 11
+        out += [ev(t, Kind.GO_CREATE, g=5000 + k, a0=1), ev(t + 5000, Kind.GO_EXIT, g=5000 + k)]
+    assert "goroutine-leak" not in by_id(run(out))
+
+
+# ---------------------------------------------------------------- idle-spinning
+
+def test_idle_spinning_searches_that_find_nothing() -> None:
+    out: list[EventTuple] = []
+    for k in range(1000):  # every ms on each P: 50 µs of work, 300 µs searching, then idle
+        t = k * MS
+        for p in (0, 1):
+            g = 300 + p
+            out += [ev(t + p, Kind.READY, m=90, g=g, a1=CHANRECV),
+                    ev(t + p + 10, Kind.EXECUTE, p=p, m=100 + p, g=g),
+                    ev(t + p + 60, Kind.PARK, p=p, m=100 + p, g=g, a0=CHANRECV),
+                    ev(t + p + 360, Kind.P_IDLE, p=p, m=100 + p)]
+    s = run(out)
+    f = by_id(s)["idle-spinning"]
+    assert f.evidence["failed_searches"] >= 1300  # over the kept timeline (2,000 spans a P)
+    assert 0.25 <= f.evidence["failed_search_share"] <= 0.35
+
+
+def test_idle_spinning_in_sample_mode_from_nmspinning() -> None:
+    out = sleeper_events(seconds=2, mode="sample")
+    out = [e for e in out if e[1] != Kind.SCHED_SAMPLE]
+    out += [ev(k * 10 * MS + 2, Kind.SCHED_SAMPLE, a0=1 | (1 << 32), a1=0) for k in range(200)]
+    f = by_id(run(out, mode="sample"))["idle-spinning"]
+    assert f.evidence["nmspinning_sample_share"] == 1.0
+    assert "nmspinning" in f.evidence["sampled"]
+
+
+# ---------------------------------------------------------------- runq-overflow
+
+def test_runq_overflow_local_at_limit_and_global_growing() -> None:
+    out = sleeper_events(seconds=4)
+    for k in range(40):
+        t = k * 100 * MS + 50
+        out.append(ev(t, Kind.SCHED, p=0, m=100, a0=256, a1=300 + 50 * k))
+    s = run(out)
+    f = by_id(s)["runq-overflow"]
+    assert f.severity == Severity.CRITICAL
+    assert f.evidence["max_local"] == 256 and f.evidence["max_local_p"] == 0
+    assert f.evidence["max_global"] == 300 + 50 * 39
+    assert f.evidence["global_rising"] is True
+
+
+def test_runq_overflow_from_p_samples_says_sampled() -> None:
+    out = sleeper_events(seconds=1, mode="sample")
+    out.append(ev(500 * MS + 3, Kind.P_SAMPLE, p=1, m=101, g=3,
+                  a0=P_RUNNING_ST | (G_RUNNING_ST << 8) | (256 << 16), a1=7))
+    f = by_id(run(out, mode="sample"))["runq-overflow"]
+    assert f.evidence["sampled"] == ["runq"]
+
+
+# ---------------------------------------------------------------- engine contract
+
+def test_every_id_has_a_golden_scenario_above() -> None:
+    names = " ".join(n for n in globals() if n.startswith("test_"))
+    for fid in FINDING_IDS:
+        key = fid.replace("-", "_").replace("gc_stw_latency", "gc_stw").replace(
+            "cgo_pinning", "locked_thread").replace("long_running_goroutine", "long_running")
+        assert key in names, fid
+
+
+def test_findings_sorted_most_severe_first_and_json_shape() -> None:
+    out = throttled_events() + [e for e in saturated_events() if e[1] != Kind.CGROUP_CPU]
+    s = run(out)
+    sev = [int(f.severity) for f in s.findings]
+    assert sev == sorted(sev, reverse=True)
+    for d in summary(s)["findings"]:
+        assert set(d) == {"id", "severity", "title", "evidence", "advice"}
+        assert d["severity"] in ("info", "warning", "critical")
+        assert "sources" in d["evidence"] and "sampled" in d["evidence"]
+
+
+def test_short_runs_give_no_findings() -> None:
+    s = run(saturated_events(seconds=0.2))
+    assert s.findings == ()
+
+
+def _split(events: Sequence[EventTuple], n: int) -> list[list[EventTuple]]:
+    evs = sorted(events, key=lambda e: e[0])
+    return [list(evs[i:i + n]) for i in range(0, len(evs), n)]
+
+
+def test_same_findings_whatever_the_batching() -> None:
+    events = saturated_events() + throttled_events()
+    one = run(events)
+    model = Model(header())
+    for chunk in _split(events, 97):
+        model.feed(Batch(chunk))
+    model.flush()
+    assert model.snapshot().findings == one.findings
