@@ -18,8 +18,7 @@ keyed by span end, so each wait finds its overlapping spans with one bisection p
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from sortedcontainers import SortedKeyList
 
@@ -33,6 +32,9 @@ _RUNNING, _SEARCHING, _IDLE, _SYSCALL, _GCSTOP = (
     PState.SYSCALL,
     PState.GCSTOP,
 )
+
+
+MAX_TAIL = 64
 
 
 def _end(s: Span) -> int:
@@ -75,45 +77,41 @@ class SpanIndex:
         return out
 
     def breakdown(self, a: int, b: int) -> dict[str, int]:
-        """ns of [a, b) in each category."""
-        per_p = [self._overlap(sl, a, b) for sl in self.procs]
-        stw = self._overlap(self.stw, a, b)
-        cuts = {a, b}
-        for spans in (*per_p, stw):
-            for s, e, _st in spans:
-                cuts.add(s)
-                cuts.add(e)
-        points = sorted(c for c in cuts if a <= c <= b)
+        """ns of [a, b) in each category: a sweep over the state changes of all Ps,
+        keeping how many Ps are in each state."""
+        changes: list[tuple[int, int, int]] = []  # (time, state, +1/-1); state -1 = STW
+        for sl in self.procs:
+            for s, e, st in self._overlap(sl, a, b):
+                changes.append((s, st, 1))
+                changes.append((e, st, -1))
+        for s, e, _st in self._overlap(self.stw, a, b):
+            changes.append((s, -1, 1))
+            changes.append((e, -1, -1))
+        changes.sort()
+        nprocs = len(self.procs)
+        count = [0] * 7  # index state + 1: 0 = STW, 1.. = PState values
         out: dict[str, int] = {}
-        idx = [0] * len(per_p)
-        si = 0
-        for lo, hi in itertools.pairwise(points):
-            if hi <= lo:
-                continue
-            while si < len(stw) and stw[si][1] <= lo:
-                si += 1
-            in_stw = si < len(stw) and stw[si][0] <= lo
-            states = []
-            for k, spans in enumerate(per_p):
-                j = idx[k]
-                while j < len(spans) and spans[j][1] <= lo:
-                    j += 1
-                idx[k] = j
-                states.append(spans[j][2] if j < len(spans) and spans[j][0] <= lo else -1)
-            cat = _category(in_stw, states)
-            out[cat] = out.get(cat, 0) + (hi - lo)
+        t = a
+        for when, st, d in changes:
+            if when > t:
+                cat = _category_counts(count, nprocs)
+                out[cat] = out.get(cat, 0) + (when - t)
+                t = when
+            count[st + 1] += d
+        if b > t:
+            cat = _category_counts(count, nprocs)
+            out[cat] = out.get(cat, 0) + (b - t)
         return out
 
 
-def _category(in_stw: bool, states: Iterable[int]) -> str:
-    st = list(states)
-    if in_stw or _GCSTOP in st:
+def _category_counts(count: list[int], nprocs: int) -> str:
+    if count[0] > 0 or count[_GCSTOP + 1] > 0:
         return "stw"
-    if _IDLE in st or _SEARCHING in st:
+    if count[_IDLE + 1] > 0 or count[_SEARCHING + 1] > 0:
         return "idle"
-    if _SYSCALL in st:
+    if count[_SYSCALL + 1] > 0:
         return "syscall"
-    if st and all(s == _RUNNING for s in st):
+    if nprocs and count[_RUNNING + 1] >= nprocs:
         return "all_running"
     return "unknown"
 
@@ -135,14 +133,21 @@ def attribute(
     tail = [(r, e) for (r, e, _p, _g), lat in zip(samples, lats, strict=True) if lat >= thr > 0]
     if not tail:
         return Attribution(thr, 0, 0, {}, "events")
+    # Each wait costs a sweep over the spans it overlaps: attribute at most MAX_TAIL of them
+    # (every k-th, oldest first: deterministic), scaled to the whole tail's wait.
+    step = -(-len(tail) // MAX_TAIL)
+    picked = tail[::step]
     index = SpanIndex(snap)
-    total: dict[str, int] = dict.fromkeys(ATTRIBUTION_CATEGORIES, 0)
-    wait = 0
-    for r, e in tail:
-        wait += e - r
+    got: dict[str, int] = dict.fromkeys(ATTRIBUTION_CATEGORIES, 0)
+    for r, e in picked:
         for cat, ns in index.breakdown(r, e).items():
-            total[cat] += ns
-    note = ""
+            got[cat] += ns
+    wait = sum(e - r for r, e in tail)
+    seen = sum(got.values())
+    total = {c: (ns * wait // seen if seen else 0) for c, ns in got.items()}
+    notes = []
+    if step > 1:
+        notes.append(f"{len(picked)} of the {len(tail)} waits swept, scaled")
     if snap.window == "windows":
-        note = "from duty-cycle windows only"
-    return Attribution(thr, len(tail), wait, total, "events", note)
+        notes.append("from duty-cycle windows only")
+    return Attribution(thr, len(tail), wait, total, "events", "; ".join(notes))

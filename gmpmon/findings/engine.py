@@ -44,6 +44,8 @@ def evaluate(
         return (), att
     order = {fid: i for i, fid in enumerate(FINDING_IDS)}
     out = [f for _fid, rule in RULES if (f := rule(ctx)) is not None]
+    for f in out:
+        f.evidence.setdefault("window_ns", ctx.duration_ns)  # the time the evidence covers
     out.sort(key=lambda f: (-f.severity, order.get(f.id, 99)))
     return tuple(out), att
 

@@ -39,6 +39,7 @@ def cpu_saturation(ctx: Context) -> Finding | None:
     mean_runq = rq.local_sum / rq.local_n if rq.local_n else 0.0
     lat = snap.sched_latency
     p99 = lat.p99 if lat.count >= 20 else 0
+    # Queued goroutines: a long p99 (events), a mean runq of 1+ (samples), a global queue.
     waiting = mean_runq >= th.sat_runq_mean or p99 >= th.sat_p99_ns or rq.max_global >= nprocs
     if not waiting:
         return None
@@ -47,7 +48,7 @@ def cpu_saturation(ctx: Context) -> Finding | None:
     evidence: dict[str, Any] = {
         "gomaxprocs": snap.gomaxprocs,
         "p_running_share": {str(p): round(b, 3) for p, b, _k in busy},
-        "runq_mean": round(mean_runq, 2),
+        "runq_mean": round(mean_runq, 2) if rq.local_n else None,
         "runq_max": rq.max_local,
         "global_runq_max": rq.max_global,
         "sched_latency_p99_ns": p99,
@@ -55,7 +56,7 @@ def cpu_saturation(ctx: Context) -> Finding | None:
         "window_ns": ctx.duration_ns,
         "sources": {
             "p_running_share": ctx.timeline_source,
-            "runq": "samples" if rq.sampled else "events",
+            "runq": "samples (mean, max)" if rq.sampled else "events (max)",
             "sched_latency": snap.sources.get("sched_latency", "events"),
         },
         "sampled": [k for k, s in (("p_running_share", ctx.sampled_mode),
@@ -67,7 +68,7 @@ def cpu_saturation(ctx: Context) -> Finding | None:
         "cpu-saturation",
         Severity.CRITICAL if crit else Severity.WARNING,
         f"All {nprocs} Ps busy ({100 * min_busy:.0f}%+): runnable goroutines wait for a P "
-        f"(p99 {_ms(p99)} ms, mean runq {mean_runq:.1f})",
+        f"(p99 {_ms(p99)} ms, runq up to {rq.max_local})",
         evidence,
         f"Every P runs all the time and goroutines queue behind them. Give the process more "
         f"CPU (GOMAXPROCS={snap.gomaxprocs} is the most that can run at once; raising it "

@@ -27,8 +27,9 @@ What it keeps, by the finding that uses it:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
-from itertools import compress
+from itertools import compress, repeat
 from operator import itemgetter
 
 from gmpmon.events import U64_MAX, CgroupField, EventTuple, Header, Kind
@@ -57,16 +58,17 @@ K_PREEMPT_REQ, K_PREEMPTED = int(Kind.PREEMPT_REQ), int(Kind.PREEMPTED)
 K_P_SAMPLE, K_SCHED_SAMPLE = int(Kind.P_SAMPLE), int(Kind.SCHED_SAMPLE)
 K_LOST, K_WINDOW, K_CGROUP = int(Kind.LOST), int(Kind.WINDOW), int(Kind.CGROUP_CPU)
 K_P_IDLE = int(Kind.P_IDLE)
-WANT = frozenset(
-    {
-        K_P_IDLE, K_EXECUTE, K_SCHED, K_PARK, K_GO_CREATE, K_GO_EXIT, K_SYSCALL_ENTER, K_HANDOFF,
-        K_PREEMPT_REQ, K_PREEMPTED, K_P_SAMPLE, K_SCHED_SAMPLE, K_LOST, K_WINDOW, K_CGROUP,
-    }
-)
 HOT = frozenset(
     {K_EXECUTE, K_SCHED, K_PARK, K_GO_CREATE, K_GO_EXIT, K_SYSCALL_ENTER, K_PREEMPTED, K_P_IDLE}
 )
 _KIND = itemgetter(1)
+_TS = itemgetter(0)
+_CAUSE_ROW = itemgetter(0, 1, 4, 5)  # (ts, kind, g, a0) of an M's last PARK/SYSCALL_ENTER
+_RARE = frozenset({K_PREEMPT_REQ, K_P_SAMPLE, K_SCHED_SAMPLE, K_CGROUP})
+_CHURN = frozenset({K_GO_CREATE, K_GO_EXIT})
+_G, _A0 = itemgetter(4), itemgetter(5)
+_CAUSES = frozenset({K_PARK, K_SYSCALL_ENTER})
+_SLOW = _RARE | _CHURN | {K_PARK, K_SYSCALL_ENTER, K_EXECUTE, K_SCHED, K_HANDOFF, K_WINDOW, K_LOST}
 _P_RUNNING_STATUS = 1  # index of "running" in Header.p_status (events.P_SAMPLE a0 & 0xff)
 
 
@@ -74,19 +76,17 @@ class FindingsTracker:
     def __init__(self, header: Header) -> None:
         self.header = header
         self.latency_samples: deque[tuple[int, int, int, int]] = deque(maxlen=LATENCY_SAMPLES)
-        self._want = WANT.__contains__
         # Mirrors the Model: in default mode hot kinds count only inside WINDOW 1..0.
         self._hot = header.mode not in ("sample", "default")
         self._gated = header.mode == "default"
         self._t0 = -1
         # long runs
-        self._run: dict[int, tuple[int, int]] = {}  # P -> (goid, start)
         self._srun: dict[int, tuple[int, int, int, int]] = {}  # P -> (goid, tick, first, last)
         self.long_runs: list[LongRun] = []
         self.long_run_count = 0
         self.preempt_by_goid: dict[int, int] = {}
         # hand-offs
-        self._m_last: dict[int, tuple[int, int, int, int]] = {}  # tid -> (ts, kind, g, a0)
+        self._tail: list[EventTuple] = []
         self._handed: dict[int, int] = {}  # P -> hand-off ts (no M yet)
         self.handoffs = 0
         self.handoff_cause: dict[str, int] = {}
@@ -102,6 +102,9 @@ class FindingsTracker:
         self.local_n = 0
         self.runq_sampled = False
         self.max_global = 0
+        self.rq_note = 1  # the Model calls runq() for readings >= this
+        self.grq_note = -1  # ... and global_runq() above this, or at ts >= grq_next
+        self.grq_next = 0
         self._gseries: dict[int, int] = {}
         # goroutine growth
         self._net = 0
@@ -125,39 +128,91 @@ class FindingsTracker:
     # ------------------------------------------------------------------ input
 
     def apply(self, events: list[EventTuple]) -> None:
-        if self._t0 < 0 and events:
+        if not events:
+            return
+        if self._t0 < 0:
             self._t0 = events[0][0]
-        for e in compress(events, map(self._want, map(_KIND, events))):
+            self.grq_next = self._t0
+        kinds = list(map(_KIND, events))
+        if not self.p_idles and K_P_IDLE in kinds:
+            self.p_idles = 1
+        if K_HANDOFF in kinds or K_WINDOW in kinds or K_LOST in kinds or self._handed:
+            self._apply_slow(events)
+        else:
+            if K_GO_CREATE in kinds or K_GO_EXIT in kinds:
+                self._churn(events, kinds)
+            for e in compress(events, map(_RARE.__contains__, kinds)):
+                self._one(e)
+        # The last CAUSE_WINDOW_NS of events, raw: a HANDOFF in the next chunk looks back
+        # through them for its M's PARK/SYSCALL_ENTER (whatever the chunking).
+        tail = self._tail + events if self._tail else events
+        cut = bisect_left(tail, tail[-1][0] - CAUSE_WINDOW_NS, key=_TS)
+        self._tail = tail[cut:]
+
+    def _apply_slow(self, events: list[EventTuple]) -> None:
+        """Event by event: hand-off causes and the time Ps spent without an M. The previous
+        chunks' tail (already applied) only lends its PARK/SYSCALL_ENTER events as causes."""
+        m_last: dict[int, tuple[int, int, int, int]] = {}
+        for e in compress(self._tail, map(_CAUSES.__contains__, map(_KIND, self._tail))):
+            if e[3]:
+                m_last[e[3]] = _CAUSE_ROW(e)
+        for e in compress(events, map(_SLOW.__contains__, map(_KIND, events))):
             k = e[1]
             if self._gated and not self._hot and k in HOT:
                 continue
-            if k == K_EXECUTE:
-                self._execute(e)
-            elif k == K_SCHED:
-                self._sched(e)
-            elif k in (K_PARK, K_PREEMPTED, K_GO_EXIT, K_SYSCALL_ENTER):
-                self._off_p(e)
-            elif k == K_GO_CREATE:
-                self._create(e)
+            if k in (K_PARK, K_SYSCALL_ENTER):
+                if e[3]:
+                    m_last[e[3]] = _CAUSE_ROW(e)
+            elif k in (K_EXECUTE, K_SCHED):
+                if self._handed and e[2] >= 0:
+                    self._got_m(e[2], e[0])
             elif k == K_HANDOFF:
-                self._handoff(e)
-            elif k == K_PREEMPT_REQ:
-                g = e[4]
-                if g:
-                    self._bump(self.preempt_by_goid, g)
-            elif k == K_P_SAMPLE:
-                self._p_sample(e)
-            elif k == K_SCHED_SAMPLE:
-                self._sched_sample(e)
-            elif k == K_CGROUP:
-                self._cgroup(e)
-            elif k == K_P_IDLE:
-                self.p_idles += 1
-            else:  # LOST, WINDOW: what happened in between is unknown
+                self._handoff(e, m_last)
+            elif k in (K_WINDOW, K_LOST):
                 if k == K_WINDOW:
                     self._hot = bool(e[5])
-                self._run.clear()
-                self._m_last.clear()
+                m_last.clear()  # what happened in between is unknown
+            else:
+                self._one(e)
+
+    def _churn(self, events: list[EventTuple], kinds: list[int]) -> None:
+        """GO_CREATE / GO_EXIT of a chunk in bulk when it lies within one second (the series
+        point is then the same as event by event), else one by one."""
+        sel = list(compress(events, map(_CHURN.__contains__, kinds)))
+        if self._sec(sel[0][0]) != self._sec(sel[-1][0]):
+            for e in sel:
+                (self._create if e[1] == K_GO_CREATE else self._exit)(e)
+            return
+        ck = list(map(_KIND, sel))
+        creates = list(compress(sel, map(K_GO_CREATE.__eq__, ck)))
+        self._net += len(creates) - (len(sel) - len(creates))
+        self._live_series[self._sec(sel[-1][0])] = self._net
+        parents = self._parent_of
+        if creates and len(parents) < 100_000:
+            parents.update(zip(map(_G, creates), map(_A0, creates), strict=True))
+        if len(creates) < len(sel):
+            exits = compress(sel, map(K_GO_EXIT.__eq__, ck))
+            deque(map(parents.pop, map(_G, exits), repeat(None)), maxlen=0)
+
+    def _one(self, e: EventTuple) -> None:
+        k = e[1]
+        if k == K_GO_CREATE:
+            self._create(e)
+        elif k == K_GO_EXIT:
+            self._exit(e)
+        elif k == K_PREEMPT_REQ:
+            if e[4]:
+                self._bump(self.preempt_by_goid, e[4])
+        elif k == K_P_SAMPLE:
+            self._p_sample(e)
+        elif k == K_SCHED_SAMPLE:
+            self._sched_sample(e)
+        elif k == K_CGROUP:
+            self._cgroup(e)
+
+    def long_run(self, p: int, goid: int, start: int, end: int) -> None:
+        """Called by the Model when a RUNNING span of >= LONG_RUN_NS closes (events only)."""
+        self._long(LongRun(goid, p, start, end - start, False))
 
     @staticmethod
     def _bump(d: dict[int, int], key: int, by: int = 1) -> None:
@@ -167,11 +222,11 @@ class FindingsTracker:
     def _sec(self, ts: int) -> int:
         return max(0, ts - self._t0) // _NS
 
-    def _runq(self, p: int, n: int, sampled: bool) -> None:
+    def runq(self, p: int, n: int, sampled: bool = False) -> None:
+        """A local runq reading at or above ``rq_note`` (the Model checks the bound: only a
+        new maximum or a full queue costs a call)."""
         if n > 1 << 20:
             return
-        self.local_sum += n
-        self.local_n += 1
         if n >= RUNQ_MAX:
             self.full_local += 1
         if n > self.max_local:
@@ -179,8 +234,10 @@ class FindingsTracker:
             self.max_local_p = p
         if sampled:
             self.runq_sampled = True
+        self.rq_note = min(self.max_local + 1, RUNQ_MAX)
 
-    def _global(self, ts: int, n: int) -> None:
+    def global_runq(self, ts: int, n: int) -> None:
+        """A global runq reading above this second's maximum, or the first of a second."""
         if n == U64_MAX or n > 1 << 31:
             return
         if n > self.max_global:
@@ -188,14 +245,9 @@ class FindingsTracker:
         s = self._sec(ts)
         if n > self._gseries.get(s, -1):
             self._gseries[s] = n
-
-    def _end_run(self, p: int, ts: int) -> None:
-        cur = self._run.pop(p, None)
-        if cur is None:
-            return
-        goid, start = cur
-        if ts - start >= LONG_RUN_NS:
-            self._long(LongRun(goid, p, start, ts - start, False))
+        if ts >= self.grq_next:
+            self.grq_next = self._t0 + (s + 1) * _NS
+        self.grq_note = self._gseries[s]
 
     def _long(self, run: LongRun) -> None:
         self.long_run_count += 1
@@ -213,40 +265,10 @@ class FindingsTracker:
             if d > self.no_m_max_ns:
                 self.no_m_max_ns = d
 
-    def _execute(self, e: EventTuple) -> None:
-        ts, _, p, m, g, _a0, a1 = e
-        if p < 0:
-            return
-        self._end_run(p, ts)
-        self._run[p] = (g, ts)
-        if self._handed:
-            self._got_m(p, ts)
-        self._runq(p, a1, False)
-        if m:
-            self._m_last.pop(m, None)
-
-    def _sched(self, e: EventTuple) -> None:
-        ts, _, p, _m, _g, a0, a1 = e
-        self._global(ts, a1)
-        if p < 0:
-            return
-        self._end_run(p, ts)
-        if self._handed:
-            self._got_m(p, ts)
-        self._runq(p, a0, False)
-
-    def _off_p(self, e: EventTuple) -> None:
-        ts, k, p, m, g, a0, _a1 = e
-        if p >= 0:
-            run = self._run.get(p)
-            if run is not None and run[0] == g:
-                self._end_run(p, ts)
-        if k == K_GO_EXIT:
-            self._net -= 1
-            self._live_series[self._sec(ts)] = self._net
-            self._parent_of.pop(g, None)
-        elif m and (k in (K_PARK, K_SYSCALL_ENTER)):
-            self._m_last[m] = (ts, k, g, a0)
+    def _exit(self, e: EventTuple) -> None:
+        self._net -= 1
+        self._live_series[self._sec(e[0])] = self._net
+        self._parent_of.pop(e[4], None)
 
     def _create(self, e: EventTuple) -> None:
         ts, _, _p, _m, g, a0, _a1 = e
@@ -255,10 +277,10 @@ class FindingsTracker:
         if len(self._parent_of) < 100_000:
             self._parent_of[g] = a0
 
-    def _handoff(self, e: EventTuple) -> None:
+    def _handoff(self, e: EventTuple, m_last: dict[int, tuple[int, int, int, int]]) -> None:
         ts, _, p, m, g, _a0, _a1 = e
         self.handoffs += 1
-        last = self._m_last.pop(m, None) if m else None
+        last = m_last.pop(m, None) if m else None
         if last is not None and ts - last[0] <= CAUSE_WINDOW_NS:
             if last[1] == K_PARK:
                 cause = "locked-thread"
@@ -279,14 +301,18 @@ class FindingsTracker:
                 self._bump(self.handoff_g, g)
         self.handoff_cause[cause] = self.handoff_cause.get(cause, 0) + 1
         if p >= 0:
-            self._run.pop(p, None)
             self._handed[p] = ts
 
     def _p_sample(self, e: EventTuple) -> None:
         ts, _, p, m, g, a0, tick = e
         if p < 0:
             return
-        self._runq(p, (a0 >> 16) & 0xFFFFFFFF, True)
+        n = (a0 >> 16) & 0xFFFFFFFF
+        self.runq_sampled = True
+        self.local_sum += n
+        self.local_n += 1
+        if n >= self.rq_note:
+            self.runq(p, n, True)
         if m and self._handed:
             self._got_m(p, ts)
         running = (a0 & 0xFF) == self._p_running and g != 0
@@ -310,7 +336,7 @@ class FindingsTracker:
             self.spin_nonzero += 1
             self.spin_sum += nmspinning
         self.idle_sum += npidle
-        self._global(ts, a1)
+        self.global_runq(ts, a1)
 
     def _cgroup(self, e: EventTuple) -> None:
         ts, field, value, version = e[0], e[4], e[5], e[6]
@@ -332,10 +358,6 @@ class FindingsTracker:
         """The tracker's view at ``now`` (open runs count up to ``now``)."""
         runs = list(self.long_runs)
         count = self.long_run_count
-        for p, (goid, start) in self._run.items():
-            if now - start >= LONG_RUN_NS:
-                runs.append(LongRun(goid, p, start, now - start, False))
-                count += 1
         for p, (goid, _tick, first, last) in self._srun.items():
             if last - first >= LONG_RUN_NS:
                 runs.append(LongRun(goid, p, first, last - first, True))

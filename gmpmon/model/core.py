@@ -45,9 +45,10 @@ from gmpmon.events import (
     Kind,
     LockKind,
 )
+
 # A module, not its function: gmpmon.findings.engine imports gmpmon.model back.
 from gmpmon.findings import engine as findings_engine
-from gmpmon.findings.tracker import FindingsTracker
+from gmpmon.findings.tracker import LONG_RUN_NS, FindingsTracker
 from gmpmon.model import hist as h
 from gmpmon.model.cost import CostTracker
 from gmpmon.model.runtime import RuntimePart
@@ -474,6 +475,8 @@ class Model:
             ts = start
         old = pp.state
         if old != P_UNKNOWN and ts > start:
+            if old == P_RUNNING and ts - start >= LONG_RUN_NS and self._hot:
+                self.findings.long_run(pp.id, pp.goid, start, ts)
             if pp.exact:
                 pp.times[old] += ts - start
             tl = pp.timeline
@@ -557,6 +560,8 @@ class Model:
             gg.p = p
             pp.executes += 1
             pp.runq = a1
+            if a1 >= self.findings.rq_note:
+                self.findings.runq(p, a1)
             pp.m = m
             if pp.state == P_RUNNING and pp.goid != g and pp.goid:
                 prev = self._gs.get(pp.goid)
@@ -572,12 +577,17 @@ class Model:
 
     def _on_sched(self, e: EventTuple) -> None:
         ts, _, p, m, _g, a0, a1 = e
+        fnd = self.findings
         if a1 != U64_MAX:
             self.global_runq = a1
+            if a1 > fnd.grq_note or ts >= fnd.grq_next:
+                fnd.global_runq(ts, a1)
         if p < 0:
             return
         pp = self._proc(p, ts)
         pp.runq = a0
+        if a0 >= fnd.rq_note:
+            fnd.runq(p, a0)
         pp.m = m
         if pp.state == P_RUNNING and pp.goid:
             prev = self._gs.get(pp.goid)
