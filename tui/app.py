@@ -29,13 +29,15 @@ from gmpmon.source import RecordingControl, SeekControl, SnapshotSource
 from gmpmon.tui.messages import SnapshotReady, SourceFailed
 from gmpmon.tui.render import NS_PER_S
 from gmpmon.tui.widgets.contention import ContentionView
+from gmpmon.tui.widgets.findings import FindingsView
 from gmpmon.tui.widgets.goroutines import GoroutinesView
 from gmpmon.tui.widgets.help import HelpScreen
 from gmpmon.tui.widgets.procs import ProcsView
 from gmpmon.tui.widgets.sched import SchedView
 from gmpmon.tui.widgets.status import StatusHeader
 
-VIEWS = ("procs", "sched", "contention", "goroutines")
+VIEWS = ("procs", "sched", "contention", "goroutines", "findings")
+AnyView = ProcsView | SchedView | ContentionView | GoroutinesView | FindingsView
 STEP_NS = NS_PER_S // 10
 SEEK_FRACTION = 0.1
 _VIEWS_GROUP = Binding.Group("views", compact=True)
@@ -64,6 +66,7 @@ class GmpmonApp(App[None]):
         Binding("2", "view('sched')", "Sched", group=_VIEWS_GROUP),
         Binding("3", "view('contention')", "Mutex", group=_VIEWS_GROUP),
         Binding("4", "view('goroutines')", "Gs", group=_VIEWS_GROUP),
+        Binding("5", "view('findings')", "Findings", group=_VIEWS_GROUP),
         Binding("tab", "cycle_view(1)", "Next view", show=False, priority=True),
         Binding("shift+tab", "cycle_view(-1)", "Previous view", show=False, priority=True),
         Binding("p,space", "pause", "Pause"),
@@ -129,6 +132,8 @@ class GmpmonApp(App[None]):
                 yield ContentionView(id="contention-view")
             with TabPane("4 Goroutines", id="goroutines"):
                 yield GoroutinesView(id="goroutines-view")
+            with TabPane("5 Findings", id="findings"):
+                yield FindingsView(id="findings-view")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -203,10 +208,10 @@ class GmpmonApp(App[None]):
         if self.seek is not None and self.seek.paused() != paused:
             self.seek.set_paused(paused)
 
-    def _active_view(self) -> ProcsView | SchedView | ContentionView | GoroutinesView:
+    def _active_view(self) -> AnyView:
         active = self.query_one(TabbedContent).active or "procs"
         view = self.query_one(f"#{active}-view")
-        assert isinstance(view, ProcsView | SchedView | ContentionView | GoroutinesView)
+        assert isinstance(view, AnyView)
         return view
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:

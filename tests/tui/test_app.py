@@ -43,13 +43,13 @@ async def test_number_keys_tab_and_clicks_switch_views(live_source: ListSource) 
         tabs = app.query_one(TabbedContent)
         assert tabs.active == "procs"
         for key, view in (("2", "sched"), ("3", "contention"), ("4", "goroutines"),
-                          ("1", "procs")):
+                          ("5", "findings"), ("1", "procs")):
             await pilot.press(key)
             assert tabs.active == view
         await pilot.press("tab")
         assert tabs.active == "sched"
         await pilot.press("shift+tab", "shift+tab")
-        assert tabs.active == "goroutines"
+        assert tabs.active == "findings"
         await pilot.click("#--content-tab-contention")
         assert tabs.active == "contention"
 

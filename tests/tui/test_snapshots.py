@@ -124,3 +124,19 @@ def test_64_ps_busy_first_idle_folded_heat_strip(snap_compare: Any) -> None:
 def test_help(snap_compare: Any) -> None:
     assert snap_compare(make_app(replay("sleeper", 1.0)), press=["question_mark"],
                         terminal_size=(80, 24))
+
+
+@pytest.mark.parametrize(
+    ("recording", "at", "keys"),
+    [
+        ("fanout", 1.0, ["5"]),  # cpu-saturation and long-running goroutines, collapsed
+        ("fanout", 1.0, ["5", "enter"]),  # the first one expanded to its evidence
+        ("demo-default", 1.0, ["5", "down", "enter"]),  # lock-contention, the second row
+        ("sleeper", 1.0, ["5"]),  # healthy: nothing to report
+    ],
+    ids=["findings-fanout", "findings-fanout-open", "findings-demo-second-open",
+         "findings-sleeper-none"],
+)
+def test_findings_view_80x24(snap_compare: Any, recording: str, at: float,
+                             keys: list[str]) -> None:
+    assert snap_compare(make_app(replay(recording, at)), press=keys, terminal_size=(80, 24))

@@ -14,7 +14,7 @@ from textual.widgets import Static
 from gmpmon.tui.render import legend
 
 KEYS = """\
-1 2 3 4 / tab     switch view: Procs, Scheduling, Contention, Goroutines
+1-5 / tab         switch view: Procs, Scheduling, Contention, Goroutines, Findings
 up down j k       scroll (PgUp PgDn, g G: top/bottom; home end when live)
 p / space         pause / resume: freeze the numbers shown (a replay pauses too)
 e                 export the contended mutex stacks now (folded format)
@@ -39,6 +39,8 @@ VIEWS = (
     "Contention: contended sync.Mutex / RWMutex stacks by total wait; e exports them.\n"
     "Goroutines: the goroutines seen, longest total wait first; s or a click on a header "
     "sorts.\n"
+    "Findings: the scheduler pathologies named (most severe first); enter or a click shows "
+    "the evidence and what to try (docs/findings.md).\n"
     "Default mode counts hot events inside its windows only: those numbers say 'in N% of the "
     "time'. '–' means not measured in this mode, never zero."
 )

@@ -32,6 +32,7 @@ from gmpmon.tui.render import (
     latency_spark,
     panel_table,
 )
+from gmpmon.tui.widgets.findings import attribution_panel
 from gmpmon.tui.widgets.scroll import KeyScroll
 
 MATRIX_MAX_PS = 12  # above this the matrix is too wide for 80 columns: list the top pairs
@@ -201,6 +202,7 @@ class SchedView(KeyScroll):
             yield Static(id="sched-perp", classes="panel")
             yield Static(id="sched-steals", classes="panel")
             yield Static(id="sched-counters", classes="panel")
+            yield Static(id="sched-attrib", classes="panel")  # widgets/findings.py
 
     def on_mount(self) -> None:
         titles = {
@@ -210,6 +212,7 @@ class SchedView(KeyScroll):
             "sched-parks": "park reasons",
             "sched-wakes": "latency by wake-up",
             "sched-steals": "work stealing",
+            "sched-attrib": "tail latency: what the Ps did",
         }
         for wid, title in titles.items():
             self.query_one(f"#{wid}", Static).border_title = title
@@ -223,3 +226,4 @@ class SchedView(KeyScroll):
         self.query_one("#sched-parks", Static).update(park_table(snap))
         self.query_one("#sched-wakes", Static).update(wake_table(snap))
         self.query_one("#sched-steals", Static).update(steal_panel(snap))
+        self.query_one("#sched-attrib", Static).update(attribution_panel(snap.latency_attribution))
