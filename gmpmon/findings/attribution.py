@@ -128,6 +128,16 @@ def attribute(
     if not samples:
         note = "no latency samples with their times: needs the hot probes (full or default mode)"
         return Attribution(0, 0, 0, {}, "", note)
+    # Only the waits that the kept P timelines cover (Snapshot.procs[].timeline holds the
+    # last ~2,000 spans of each P): older ones would all be "unknown".
+    starts = [p.timeline[0].start for p in snap.procs if p.timeline]
+    if starts:
+        covered = [s for s in samples if s[0] >= max(starts)]  # every P's timeline
+        if len(covered) < 50:
+            covered = [s for s in samples if s[0] >= min(starts)]  # at least one P's
+        samples = covered
+    if not samples:
+        return Attribution(0, 0, 0, {}, "events", "no latency samples within the kept timeline")
     lats = [e - r for r, e, _p, _g in samples]
     thr = threshold_ns if threshold_ns is not None else percentile(lats, quantile)
     tail = [(r, e) for (r, e, _p, _g), lat in zip(samples, lats, strict=True) if lat >= thr > 0]

@@ -33,7 +33,7 @@ class Thresholds:
     no_m_share: float = 0.05  # ... or Ps without an M this share of P-time
     stw_tail_share: float = 0.20  # gc-stw-latency: STW share of the tail waits
     stw_tail_share_critical: float = 0.50
-    stw_tail_min_samples: int = 5
+    stw_tail_min_samples: int = 3
     stw_time_share: float = 0.02  # ... or pauses this share of wall time
     stw_max_ns: int = 10_000_000
     lock_share: float = 0.5  # lock-contention: one address this share of all mutex wait
@@ -44,8 +44,8 @@ class Thresholds:
     leak_min_seconds: int = 5  # ... over at least this many seconds of points
     leak_steady: float = 0.7  # ... rising in this share of the seconds
     leak_critical: int = 10_000
-    spin_wall_share: float = 0.10  # idle-spinning: failed searches this share of P time
-    spin_rate: float = 200.0  # ... and this many failed searches per second per P
+    spin_cpu: float = 0.05  # idle-spinning: Ps searching for work this many CPUs on average
+    spin_busy: float = 0.30  # ... and this share of the Ps' busy (running + searching) time
     spin_sample_share: float = 0.30  # sample mode: SCHED samples with nmspinning > 0
     spin_min_samples: int = 100
     runq_limit: int = 256  # runq-overflow: len(p.runq)

@@ -37,7 +37,10 @@ def cpu_saturation(ctx: Context) -> Finding | None:
     if min_busy < th.busy:
         return None
     mean_runq = rq.local_sum / rq.local_n if rq.local_n else 0.0
-    lat = snap.sched_latency
+    lat, lat_src = snap.sched_latency, snap.sources.get("sched_latency", "events")
+    if lat.count < 20 and snap.runtime is not None and snap.runtime.latency.count >= 20:
+        # No probe saw the wake-ups (sample mode): the runtime's own histogram.
+        lat, lat_src = snap.runtime.latency, "runtime (sched.timeToRun, 1 in 8 sampled)"
     p99 = lat.p99 if lat.count >= 20 else 0
     # Queued goroutines: a long p99 (events), a mean runq of 1+ (samples), a global queue.
     waiting = mean_runq >= th.sat_runq_mean or p99 >= th.sat_p99_ns or rq.max_global >= nprocs
@@ -57,10 +60,11 @@ def cpu_saturation(ctx: Context) -> Finding | None:
         "sources": {
             "p_running_share": ctx.timeline_source,
             "runq": "samples (mean, max)" if rq.sampled else "events (max)",
-            "sched_latency": snap.sources.get("sched_latency", "events"),
+            "sched_latency": lat_src,
         },
         "sampled": [k for k, s in (("p_running_share", ctx.sampled_mode),
-                                   ("runq", rq.sampled)) if s],
+                                   ("runq", rq.sampled),
+                                   ("sched_latency", lat_src.startswith("runtime"))) if s],
     }
     if att.samples:
         evidence["tail_wait_all_running_share"] = round(att.share("all_running"), 3)
@@ -140,11 +144,13 @@ def long_running(ctx: Context) -> Finding | None:
     if not runs and sum(pre.values()) < th.long_run_warn_count:
         return None
     longest = runs[0].ns if runs else 0
-    by_g: dict[int, list[int]] = {}
-    for r in runs:
-        by_g.setdefault(r.goid, []).append(r.ns)
+    by_g = inp.long_by_goid
     # Preemption requests alone are not enough: the GC asks every running G to stop too.
     many = inp.long_run_count >= th.long_run_warn_count
+    if runs and all(r.sampled for r in runs) and inp.long_run_count < th.long_run_warn_count:
+        # A few runs seen only by P samples: a goroutine woken into runnext inherits its
+        # time slice (same schedtick), so a busy but yielding G can look like one run.
+        many, longest = False, min(longest, th.long_run_warn_ns - 1)
     if not runs:
         if max(pre.values(), default=0) < th.preempt_only_info:
             return None
@@ -155,10 +161,10 @@ def long_running(ctx: Context) -> Finding | None:
         sev = Severity.CRITICAL
     else:
         sev = Severity.WARNING
-    top = sorted(by_g.items(), key=lambda kv: (-max(kv[1]), kv[0]))[:5]
+    top = sorted(by_g.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))[:5]
     goroutines = [
-        {"goid": g, "runs": len(ns), "longest_ns": max(ns), "preempt_requests": pre.get(g, 0)}
-        for g, ns in top
+        {"goid": g, "runs": n, "longest_ns": mx, "preempt_requests": pre.get(g, 0)}
+        for g, (n, mx) in top
     ]
     for g, n in sorted(pre.items(), key=lambda kv: -kv[1])[:5]:
         if g not in by_g:
@@ -166,12 +172,18 @@ def long_running(ctx: Context) -> Finding | None:
     sampled = any(r.sampled for r in runs)
     exact = any(not r.sampled for r in runs)
     lead = goroutines[0]["goid"] if goroutines else 0
+    if runs:
+        g0 = goroutines[0]
+        title = (f"Goroutine {lead} ran up to {_ms(g0['longest_ns']):.0f} ms without yielding "
+                 f"({g0['runs']} of {inp.long_run_count} runs >= "
+                 f"{th.long_run_ns // 1_000_000} ms; {sum(pre.values())} preemption requests)")
+    else:
+        title = (f"Goroutine {lead} was asked to stop {goroutines[0]['preempt_requests']} "
+                 f"times (no run of {th.long_run_ns // 1_000_000} ms seen)")
     return Finding(
         "long-running-goroutine",
         sev,
-        f"Goroutine {lead} ran {_ms(longest):.0f} ms without yielding "
-        f"({inp.long_run_count} runs >= {th.long_run_ns // 1_000_000} ms, "
-        f"{sum(pre.values())} preemption requests)",
+        title,
         {
             "long_runs": inp.long_run_count,
             "longest_ns": longest,
@@ -209,42 +221,49 @@ def failed_searches(ctx: Context) -> tuple[int, int, int]:
 
 def idle_spinning(ctx: Context) -> Finding | None:
     snap, th, sp = ctx.snap, ctx.th, ctx.inputs.spin
-    n, wasted, covered = failed_searches(ctx)
+    run = sum(p.running_ns for p in snap.procs)
+    spin = sum(p.spinning_ns for p in snap.procs)
+    # Time the P states were known: the whole run in full mode, the windows in default mode.
+    covered = snap.windows_covered_ns if snap.window == "windows" else ctx.duration_ns
+    n, wasted, _tl = failed_searches(ctx)
     # Without pidleput events a P that went idle stays "searching": no judgement from those.
-    ev_ok = not ctx.sampled_mode and ctx.inputs.p_idles > 0 and covered > 0
-    rate = n / (covered / 1e9 / max(len(snap.procs), 1)) if covered else 0.0
-    ev_hit = ev_ok and wasted / covered >= th.spin_wall_share and rate >= th.spin_rate
+    ev_ok = not ctx.sampled_mode and ctx.inputs.p_idles > 0 and covered > 0 and run + spin > 0
+    cpu_share = spin / covered if covered else 0.0  # in CPUs: 0.05 = 5% of one CPU
+    busy_share = spin / (run + spin) if run + spin else 0.0
+    ev_hit = ev_ok and cpu_share >= th.spin_cpu and busy_share >= th.spin_busy
     sample_share = sp.spinning_samples / sp.samples if sp.samples else 0.0
     sample_hit = sp.samples >= th.spin_min_samples and sample_share >= th.spin_sample_share
     if not (ev_hit or sample_hit):
         return None
     st = snap.steals
     failed = st.attempts - st.count
-    share = wasted / covered if covered else 0.0
-    title = (f"Ms spin looking for work: {100 * share:.0f}% of P time in searches that found "
-             f"nothing ({rate:.0f}/s per P)" if ev_hit else
+    title = (f"Ms spin looking for work: {100 * busy_share:.0f}% of the Ps' busy time is "
+             f"spent searching ({100 * cpu_share:.0f}% of a CPU), {failed} failed steals"
+             if ev_hit else
              f"Ms spin looking for work: nmspinning > 0 in {100 * sample_share:.0f}% of samples")
     return Finding(
         "idle-spinning",
         Severity.WARNING,
         title,
         {
+            "searching_ns": spin,
+            "running_ns": run,
+            "searching_share_of_busy": round(busy_share, 3),
+            "searching_cpus": round(cpu_share, 3),
             "failed_searches": n,
             "failed_search_ns": wasted,
-            "failed_search_share": round(share, 3),
-            "per_second_per_p": round(rate, 1),
-            "timeline_ns": covered,
             "steal_attempts": st.attempts,
             "steal_failed": failed,
             "nmspinning_sample_share": round(sample_share, 3),
             "sched_samples": sp.samples,
-            "sources": {"failed_searches": ctx.timeline_source + " (findRunnable, pidleput)",
+            "sources": {"searching_ns": ctx.timeline_source + " (findRunnable .. pidleput)",
+                        "failed_searches": "timeline (last ~2,000 spans a P)",
                         "nmspinning": "samples",
                         "steals": snap.sources.get("steal_attempts", "events")},
-            "sampled": ["nmspinning"] + (["failed_searches"] if snap.window == "windows" else []),
+            "sampled": ["nmspinning"] + (["searching_ns"] if snap.window == "windows" else []),
         },
         "Many short wake-ups keep waking Ms that find nothing to run, then sleep again: CPU "
         "burnt in findRunnable (futex wake/sleep, steal attempts). Batch the work (fewer, "
-        "larger tasks), use fewer timers/tickers with coarser periods, or lower GOMAXPROCS "
-        "toward the real parallelism of the load.",
+        "larger hand-offs between goroutines), use fewer timers/tickers with coarser "
+        "periods, or lower GOMAXPROCS toward the real parallelism of the load.",
     )

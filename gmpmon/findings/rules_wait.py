@@ -148,9 +148,24 @@ def lock_contention(ctx: Context) -> Finding | None:
     )
 
 
+def _runtime_series(ctx: Context) -> tuple[tuple[int, int], ...]:
+    """The runtime's own goroutine count (gcount, ~10 Hz samples), one point per second."""
+    rt = ctx.snap.runtime
+    if rt is None or len(rt.goroutines_series) < 2:
+        return ()
+    t0 = ctx.snap.start
+    per_s: dict[int, int] = {}
+    for ts, n in rt.goroutines_series:
+        per_s[max(0, ts - t0) // 1_000_000_000] = n
+    return tuple(sorted(per_s.items()))
+
+
 def goroutine_leak(ctx: Context) -> Finding | None:
     gr, th, snap = ctx.inputs.growth, ctx.th, ctx.snap
-    pts = gr.points
+    pts = _runtime_series(ctx)
+    source = "runtime (gcount samples)"
+    if len(pts) < 2:
+        pts, source = gr.points, "events (creates - exits)"
     if len(pts) < 2:
         return None
     span = pts[-1][0] - pts[0][0]
@@ -161,15 +176,34 @@ def goroutine_leak(ctx: Context) -> Finding | None:
     steady = ups / (len(pts) - 1)
     if steady < th.leak_steady:
         return None
-    waiting = Counter(g.wait_reason or "?" for g in snap.goroutines
-                      if g.state == GState.WAITING)
-    reason, nreason = waiting.most_common(1)[0] if waiting else ("", 0)
+    cg = ctx.inputs.census_growth
+    site = ""
+    sites: list[dict[str, Any]] = []
+    if cg is not None and cg.by_reason:
+        reasons = {k: v for k, v in cg.by_reason.items() if v > 0}
+        reason_src = "census (growth between the first and last walk)"
+    else:
+        waiting = Counter(g.wait_reason or "?" for g in snap.goroutines
+                          if g.state == GState.WAITING)
+        reasons = dict(waiting.most_common(5))
+        reason_src = "events (last 500 goroutines seen)"
+    reason, nreason = max(reasons.items(), key=lambda kv: (kv[1], kv[0])) if reasons else ("", 0)
+    if cg is not None and cg.by_site:
+        sites = [{"creator": c, "start": s, "growth": n} for c, s, n in cg.by_site if n > 0]
+    elif snap.runtime is not None and snap.runtime.census is not None:
+        sites = [{"creator": x.creator, "start": x.start, "count": x.count}
+                 for x in snap.runtime.census.sites[:5]]
+    if sites:
+        site = f"{sites[0]['creator']} -> go {sites[0]['start']}"
     parents = sorted(gr.parents.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    sampled = ["wait_reasons"] if not reason_src.startswith("census") else []
+    if source.startswith("runtime") or snap.window == "windows":
+        sampled.append("series")
     return Finding(
         "goroutine-leak",
         Severity.CRITICAL if growth >= th.leak_critical else Severity.WARNING,
         f"Live goroutines grow steadily: +{growth} in {span} s ({growth / span:.0f}/s)"
-        + (f", most waiting in {reason!r}" if reason else ""),
+        + (f", waiting in {reason!r}" if reason else "") + (f", created at {site}" if site else ""),
         {
             "growth": growth,
             "seconds": span,
@@ -178,13 +212,16 @@ def goroutine_leak(ctx: Context) -> Finding | None:
             "series": [list(p) for p in pts[-30:]],
             "wait_reason": reason,
             "wait_reason_count": nreason,
-            "wait_reasons": dict(waiting.most_common(5)),
+            "wait_reasons": reasons,
+            "creation_site": site,
+            "creation_sites": sites,
             "creators": [{"goid": g, "live_created": n} for g, n in parents],
-            "creation_site": "",
-            "sources": {"series": gr.source, "wait_reasons": "events (last 500 goroutines)"},
-            "sampled": ["wait_reasons"] + (["series"] if snap.window == "windows" else []),
+            "sources": {"series": source, "wait_reasons": reason_src,
+                        "creation_sites": "census (g.gopc, g.startpc)" if sites else "none"},
+            "sampled": sampled,
         },
-        "Goroutines are created faster than they end and pile up blocked. Give every "
+        "Goroutines are created faster than they end and pile up blocked"
+        + (f" (created in {sites[0]['creator']})" if sites else "") + ". Give every "
         "goroutine a way out: a context with cancel/timeout, a closed channel, a "
         "select with ctx.Done(); make sure channel sends have a receiver.",
     )
@@ -198,7 +235,7 @@ def runq_overflow(ctx: Context) -> Finding | None:
         vals = [v for _s, v in series[-10:]]
         rising = vals[-1] > vals[0] and sum(
             1 for a, b in itertools.pairwise(vals) if b >= a) >= 0.7 * (len(vals) - 1)
-    full = rq.full_local > 0 or rq.max_local >= th.runq_limit
+    full = rq.full_local > 0
     big_global = rq.max_global >= th.global_runq
     if not (full or (big_global and rising) or rq.max_global >= 4 * th.global_runq):
         return None

@@ -34,6 +34,7 @@ from operator import itemgetter
 
 from gmpmon.events import U64_MAX, CgroupField, EventTuple, Header, Kind
 from gmpmon.findings.types import (
+    CensusGrowth,
     CgroupCpu,
     FindingsInputs,
     GrowthSeries,
@@ -49,6 +50,7 @@ MAX_LONG_RUNS = 64
 MAX_TABLE = 10_000
 CAUSE_WINDOW_NS = 2_000_000  # a PARK/SYSCALL_ENTER on the same M this recent caused a hand-off
 RUNQ_MAX = 256  # len(p.runq)
+RUNQ_FULL = 240  # a reading this high is at the limit: runqput spills half at 256
 _NS = 1_000_000_000
 
 K_EXECUTE, K_SCHED, K_PARK = int(Kind.EXECUTE), int(Kind.SCHED), int(Kind.PARK)
@@ -58,13 +60,17 @@ K_PREEMPT_REQ, K_PREEMPTED = int(Kind.PREEMPT_REQ), int(Kind.PREEMPTED)
 K_P_SAMPLE, K_SCHED_SAMPLE = int(Kind.P_SAMPLE), int(Kind.SCHED_SAMPLE)
 K_LOST, K_WINDOW, K_CGROUP = int(Kind.LOST), int(Kind.WINDOW), int(Kind.CGROUP_CPU)
 K_P_IDLE = int(Kind.P_IDLE)
+K_CENSUS_BEGIN, K_CENSUS_STATE = int(Kind.CENSUS_BEGIN), int(Kind.CENSUS_STATE)
+K_CENSUS_SITE, K_CENSUS_END = int(Kind.CENSUS_SITE), int(Kind.CENSUS_END)
+G_WAITING_STATUS = 4  # _Gwaiting
 HOT = frozenset(
     {K_EXECUTE, K_SCHED, K_PARK, K_GO_CREATE, K_GO_EXIT, K_SYSCALL_ENTER, K_PREEMPTED, K_P_IDLE}
 )
 _KIND = itemgetter(1)
 _TS = itemgetter(0)
 _CAUSE_ROW = itemgetter(0, 1, 4, 5)  # (ts, kind, g, a0) of an M's last PARK/SYSCALL_ENTER
-_RARE = frozenset({K_PREEMPT_REQ, K_P_SAMPLE, K_SCHED_SAMPLE, K_CGROUP})
+_RARE = frozenset({K_PREEMPT_REQ, K_P_SAMPLE, K_SCHED_SAMPLE, K_CGROUP, K_CENSUS_BEGIN,
+                   K_CENSUS_STATE, K_CENSUS_SITE, K_CENSUS_END})
 _CHURN = frozenset({K_GO_CREATE, K_GO_EXIT})
 _G, _A0 = itemgetter(4), itemgetter(5)
 _CAUSES = frozenset({K_PARK, K_SYSCALL_ENTER})
@@ -73,8 +79,13 @@ _P_RUNNING_STATUS = 1  # index of "running" in Header.p_status (events.P_SAMPLE 
 
 
 class FindingsTracker:
-    def __init__(self, header: Header) -> None:
+    def __init__(self, header: Header, stacks: dict[int, tuple[str, ...]] | None = None) -> None:
         self.header = header
+        self.stacks = stacks if stacks is not None else {}  # the Model's (census site names)
+        # census: (ts, waiting user Gs by wait-reason index, Gs by creation-site stack id)
+        self._census_new: tuple[dict[int, int], dict[int, int]] | None = None
+        self._census_first: tuple[int, dict[int, int], dict[int, int]] | None = None
+        self._census_last: tuple[int, dict[int, int], dict[int, int]] | None = None
         self.latency_samples: deque[tuple[int, int, int, int]] = deque(maxlen=LATENCY_SAMPLES)
         # Mirrors the Model: in default mode hot kinds count only inside WINDOW 1..0.
         self._hot = header.mode not in ("sample", "default")
@@ -84,6 +95,7 @@ class FindingsTracker:
         self._srun: dict[int, tuple[int, int, int, int]] = {}  # P -> (goid, tick, first, last)
         self.long_runs: list[LongRun] = []
         self.long_run_count = 0
+        self.long_by_goid: dict[int, list[int]] = {}  # goid -> [long runs, longest ns]
         self.preempt_by_goid: dict[int, int] = {}
         # hand-offs
         self._tail: list[EventTuple] = []
@@ -209,6 +221,22 @@ class FindingsTracker:
             self._sched_sample(e)
         elif k == K_CGROUP:
             self._cgroup(e)
+        elif k == K_CENSUS_BEGIN:
+            self._census_new = ({}, {})
+        elif k in (K_CENSUS_STATE, K_CENSUS_SITE):
+            if self._census_new is not None:
+                a0 = e[5]
+                if k == K_CENSUS_SITE:
+                    self._census_new[1][a0] = e[6]
+                elif not a0 >> 32 and (a0 & 0xFFFF) == G_WAITING_STATUS:  # user, waiting
+                    reason = (a0 >> 16) & 0xFFFF
+                    self._census_new[0][reason] = self._census_new[0].get(reason, 0) + e[6]
+        elif k == K_CENSUS_END:
+            done, self._census_new = self._census_new, None
+            if done is not None and not e[6]:  # complete walks only
+                if self._census_first is None:
+                    self._census_first = (e[0], *done)
+                self._census_last = (e[0], *done)
 
     def long_run(self, p: int, goid: int, start: int, end: int) -> None:
         """Called by the Model when a RUNNING span of >= LONG_RUN_NS closes (events only)."""
@@ -227,14 +255,14 @@ class FindingsTracker:
         new maximum or a full queue costs a call)."""
         if n > 1 << 20:
             return
-        if n >= RUNQ_MAX:
+        if n >= RUNQ_FULL:
             self.full_local += 1
         if n > self.max_local:
             self.max_local = n
             self.max_local_p = p
         if sampled:
             self.runq_sampled = True
-        self.rq_note = min(self.max_local + 1, RUNQ_MAX)
+        self.rq_note = min(self.max_local + 1, RUNQ_FULL)
 
     def global_runq(self, ts: int, n: int) -> None:
         """A global runq reading above this second's maximum, or the first of a second."""
@@ -251,6 +279,14 @@ class FindingsTracker:
 
     def _long(self, run: LongRun) -> None:
         self.long_run_count += 1
+        row = self.long_by_goid.get(run.goid)
+        if row is None:
+            if len(self.long_by_goid) < MAX_TABLE:
+                self.long_by_goid[run.goid] = [1, run.ns]
+        else:
+            row[0] += 1
+            if run.ns > row[1]:
+                row[1] = run.ns
         lr = self.long_runs
         lr.append(run)
         if len(lr) > MAX_LONG_RUNS * 2:
@@ -358,10 +394,13 @@ class FindingsTracker:
         """The tracker's view at ``now`` (open runs count up to ``now``)."""
         runs = list(self.long_runs)
         count = self.long_run_count
+        by_goid = {g: (n, mx) for g, (n, mx) in self.long_by_goid.items()}
         for p, (goid, _tick, first, last) in self._srun.items():
-            if last - first >= LONG_RUN_NS:
+            if last - first >= LONG_RUN_NS:  # still running at ``now``
                 runs.append(LongRun(goid, p, first, last - first, True))
                 count += 1
+                n, mx = by_goid.get(goid, (0, 0))
+                by_goid[goid] = (n + 1, max(mx, last - first))
         runs.sort(key=lambda r: (-r.ns, r.start))
         no_m, no_m_max = self.no_m_ns, self.no_m_max_ns
         for t in self._handed.values():
@@ -375,6 +414,7 @@ class FindingsTracker:
             cgroup=self._cgroup_view(),
             long_runs=tuple(runs[:MAX_LONG_RUNS]),
             long_run_count=count,
+            long_by_goid=by_goid,
             preempt_by_goid=dict(self.preempt_by_goid),
             handoffs=HandoffStats(
                 count=self.handoffs,
@@ -395,10 +435,33 @@ class FindingsTracker:
                 sampled=self.runq_sampled,
             ),
             growth=GrowthSeries(tuple(live), "events", parents),
+            census_growth=self._census_growth(),
             spin=SpinStats(self.spin_samples, self.spin_nonzero, self.spin_sum, self.idle_sum),
             latency_samples=tuple(self.latency_samples),
             gomaxprocs=self.header.gomaxprocs,
             p_idles=self.p_idles,
+        )
+
+    def _census_growth(self) -> CensusGrowth | None:
+        first, last = self._census_first, self._census_last
+        if first is None or last is None or last[0] <= first[0]:
+            return None
+        wr = self.header.wait_reasons
+
+        def reason(i: int) -> str:
+            return (wr[i] or "none") if 0 <= i < len(wr) else f"waitreason({i})"
+
+        def site(sid: int) -> tuple[str, str]:
+            frames = self.stacks.get(sid)
+            return (frames[0], frames[-1]) if frames else ("?", "?")
+
+        reasons = {reason(i): n - first[1].get(i, 0) for i, n in last[1].items()}
+        sites = {site(sid): n - first[2].get(sid, 0) for sid, n in last[2].items()}
+        return CensusGrowth(
+            seconds=(last[0] - first[0]) / _NS,
+            by_reason=dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:5]),
+            by_site=tuple(sorted(((c, st, n) for (c, st), n in sites.items()),
+                                 key=lambda r: (-r[2], r[0], r[1]))[:5]),
         )
 
     def _cgroup_view(self) -> CgroupCpu | None:

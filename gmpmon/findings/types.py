@@ -109,6 +109,18 @@ class GrowthSeries:
 
 
 @dataclass(frozen=True, slots=True)
+class CensusGrowth:
+    """Between the first and the last complete goroutine census (runtime helper's allgs walk):
+    how the waiting user goroutines per wait reason and the goroutines per creation site
+    changed."""
+
+    seconds: float
+    by_reason: dict[str, int]  # wait reason -> change, largest growth first
+    by_site: tuple[tuple[str, str, int], ...]  # (creator: the go statement's function,
+    #                                             start function, change), largest first
+
+
+@dataclass(frozen=True, slots=True)
 class SpinStats:
     """nmspinning from SCHED samples: how often Ms were spinning, and how many."""
 
@@ -144,6 +156,7 @@ class FindingsInputs:
     cgroup: CgroupCpu | None
     long_runs: tuple[LongRun, ...]  # longest first, bounded
     long_run_count: int  # every long run seen (the tuple is bounded)
+    long_by_goid: dict[int, tuple[int, int]]  # goid -> (long runs, longest ns), every run
     preempt_by_goid: dict[int, int]  # PREEMPT_REQ per goid (sysmon/GC asked it to stop)
     handoffs: HandoffStats
     runq: RunqStats
@@ -152,3 +165,4 @@ class FindingsInputs:
     latency_samples: tuple[tuple[int, int, int, int], ...]  # (ready, execute, P, goid)
     gomaxprocs: int
     p_idles: int = 0  # P_IDLE (pidleput) events seen: searching vs idle is known
+    census_growth: CensusGrowth | None = None

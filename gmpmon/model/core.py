@@ -332,7 +332,7 @@ class Model:
 
         self._p_status_map = self._p_status_decoder(header.p_status)
         # The findings engine's own view of the same events (gmpmon/findings/tracker.py).
-        self.findings = FindingsTracker(header)
+        self.findings = FindingsTracker(header, self.stacks)
         self._lat_samples = self.findings.latency_samples
 
         # The runtime's own counters and the goroutine census (events 40-59).

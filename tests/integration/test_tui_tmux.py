@@ -124,6 +124,14 @@ def test_attach_tui_shows_every_p_and_quits_cleanly(
     assert sorted(_p_rows(b)) == list(range(nprocs))
     assert _our_uprobes(workload), "no uprobes while attached: is this really live?"
 
+    # View 5: the findings engine's verdicts (or its all-clear) on the live target.
+    _tmux("send-keys", "-t", tmux_session, "5")
+    verdict = re.compile(r"no scheduler pathology detected|\d+ (critical|warning|info)")
+    f = _wait_for(tmux_session, lambda t: bool(verdict.search(t)) and "from default mode" in t, 15)
+    assert "5 Findings" in f, f
+    _tmux("send-keys", "-t", tmux_session, "1")
+    _wait_for(tmux_session, lambda t: len(_p_rows(t)) == nprocs, 10)
+
     t0 = time.time()
     _tmux("send-keys", "-t", tmux_session, "q")
     done = _wait_for(tmux_session, lambda t: "GMPMON_EXIT=" in t, 30)

@@ -1,0 +1,249 @@
+"""The findings engine on real Go programs under real BPF: each workload in
+scripts/targets/<name> has one pathology, and gmpmon must name it (with the function, stack
+or site where the id says so) from the summary JSON; the healthy workload gets no warning in
+any mode. One gmpmon run per (workload, mode) is shared by every test that reads it.
+
+cpu-throttled runs its workload in a cgroup v1 CPU controller child it creates and removes
+(go-runtime.md section 6.3); cgroup v2 parsing is tested on fixtures (tests/unit/test_cgroup.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gotargets import build
+
+GM = [sys.executable, "-m", "gmpmon"]
+GO = "1.27"
+CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
+_RUNS: dict[tuple[str, str, int, tuple[str, ...]], dict[str, Any]] = {}
+
+
+def gm_run(tmp: Path, name: str, mode: str, gomaxprocs: int, *args: str,
+           go: str = GO) -> dict[str, Any]:
+    """``gmpmon run --mode M`` on a private copy of the workload; its summary JSON (cached:
+    one run per workload, mode and arguments for the whole module)."""
+    key = (f"{name}@{go}", mode, gomaxprocs, args)
+    if key in _RUNS:
+        return _RUNS[key]
+    exe = tmp / f"{name}-{go}-{mode}"
+    shutil.copy2(build(name, go), exe)
+    out = tmp / f"{name}-{go}-{mode}.json"
+    env = dict(os.environ, GOMAXPROCS=str(gomaxprocs))
+    p = subprocess.run([*GM, "run", "--mode", mode, "--no-tui", "--summary-json", str(out),
+                        "--", str(exe), *args], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert p.returncode == 0, f"gmpmon run failed ({p.returncode}): {p.stderr[-2000:]}"
+    assert "Traceback" not in p.stderr, p.stderr
+    assert "done" in p.stdout, p.stdout[-500:]
+    doc: dict[str, Any] = json.loads(out.read_text())
+    assert "Findings:" in p.stdout  # the text report's section
+    _RUNS[key] = doc
+    return doc
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("findings")
+
+
+def finding(doc: dict[str, Any], fid: str) -> dict[str, Any]:
+    got = {f["id"]: f for f in doc["findings"]}
+    assert fid in got, f"{fid} not found; findings: {json.dumps(doc['findings'])[:1500]}"
+    f = got[fid]
+    assert set(f) == {"id", "severity", "title", "evidence", "advice"}
+    assert "sources" in f["evidence"] and "sampled" in f["evidence"]
+    return f
+
+
+def alarms(doc: dict[str, Any]) -> list[str]:
+    return [f"{f['id']}: {f['title']}" for f in doc["findings"]
+            if f["severity"] in ("warning", "critical")]
+
+
+# ---------------------------------------------------------------- no false alarms
+
+@pytest.mark.bpf
+@pytest.mark.parametrize("mode", ["full", "default", "sample"])
+def test_healthy_workload_gets_no_warning(tmp: Path, mode: str) -> None:
+    doc = gm_run(tmp, "healthy", mode, 2, "-t", "3s")
+    assert alarms(doc) == []
+    assert doc["events"]["lost"] == 0
+
+
+# ---------------------------------------------------------------- one per id
+
+@pytest.mark.bpf
+def test_cpu_saturation_all_ps_busy_and_waits_behind_them(tmp: Path) -> None:
+    doc = gm_run(tmp, "saturate", "full", 2, "-t", "3s", "-w", "8")
+    f = finding(doc, "cpu-saturation")
+    assert f["severity"] in ("warning", "critical")
+    ev = f["evidence"]
+    assert min(ev["p_running_share"].values()) >= 0.9
+    assert ev["sched_latency_p99_ns"] >= 1_000_000
+    # The tail waits were spent with every P running something else.
+    att = doc["latency_attribution"]
+    assert att["samples"] > 0
+    assert att["breakdown_ns"]["all_running"] >= 0.5 * att["wait_ns"]
+    assert ev["tail_wait_all_running_share"] >= 0.5
+
+
+@pytest.mark.bpf
+def test_long_running_goroutine_is_named(tmp: Path) -> None:
+    doc = gm_run(tmp, "longrun", "full", 2, "-t", "3s")
+    f = finding(doc, "long-running-goroutine")
+    assert f["severity"] in ("warning", "critical")
+    ev = f["evidence"]
+    assert ev["longest_ns"] >= 20_000_000
+    top = ev["goroutines"][0]
+    assert top["runs"] >= 10 and top["preempt_requests"] >= 10
+    # Only the hot loop runs that long: one goroutine holds (nearly) all the long runs.
+    assert top["runs"] >= 0.8 * ev["long_runs"]
+
+
+@pytest.mark.bpf
+def test_syscall_handoff_from_blocking_syscalls(tmp: Path) -> None:
+    doc = gm_run(tmp, "blocksys", "full", 2, "-t", "3s")
+    f = finding(doc, "syscall-handoff")
+    ev = f["evidence"]
+    # 4 goroutines in 15 ms nanosleeps for 3 s: ~800 syscalls, nearly all retaken by sysmon.
+    assert ev["handoffs"] >= 300 and ev["per_second"] >= 100
+    assert ev["by_cause"].get("syscall-retake", 0) >= 0.9 * ev["handoffs"]
+    assert ev["no_m_ns"] > 0
+    assert len(ev["goroutines"]) == 4  # the four syscall goroutines, by goid
+    assert "cgo-pinning" not in {x["id"] for x in doc["findings"]}
+
+
+@pytest.mark.bpf
+def test_gc_stw_pauses(tmp: Path) -> None:
+    doc = gm_run(tmp, "stwstorm", "full", 2, "-t", "3s")
+    f = finding(doc, "gc-stw-latency")
+    ev = f["evidence"]
+    assert ev["stw_count"] >= 100
+    assert "read mem stats" in ev["by_reason"]
+    assert ev["stw_time_share"] >= 0.02 or ev["tail_stw_share"] >= 0.2
+
+
+@pytest.mark.bpf
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_lock_contention_names_the_site(tmp: Path, mode: str) -> None:
+    doc = gm_run(tmp, "lockhot", mode, 2, "-t", "3s")
+    f = finding(doc, "lock-contention")
+    ev = f["evidence"]
+    assert ev["site"] == "main.(*store).put"
+    assert "main.(*store).put" in ev["contended_stack"]
+    assert ev["share_of_mutex_wait"] >= 0.9
+    assert ev["addr"] in {a["addr"] for a in doc["mutex"]["by_addr"]}
+
+
+@pytest.mark.bpf
+def test_goroutine_leak_in_sample_mode_names_site_and_wait_reason(tmp: Path) -> None:
+    doc = gm_run(tmp, "leak", "sample", 2)
+    f = finding(doc, "goroutine-leak")
+    ev = f["evidence"]
+    assert ev["growth"] >= 500  # 200/s for 7 s
+    assert ev["wait_reason"] == "chan receive"
+    assert ev["creation_sites"][0]["creator"] == "main.serve"
+    assert ev["creation_site"].startswith("main.serve -> go main.")
+    assert ev["sources"]["series"].startswith("runtime")
+
+
+@pytest.mark.bpf
+def test_idle_spinning_ping_pong(tmp: Path) -> None:
+    doc = gm_run(tmp, "idlespin", "full", 4, "-t", "3s")
+    f = finding(doc, "idle-spinning")
+    ev = f["evidence"]
+    assert ev["searching_share_of_busy"] >= 0.3
+    assert ev["steal_failed"] >= 1000
+
+
+@pytest.mark.bpf
+def test_runq_overflow_on_a_spawn_burst(tmp: Path) -> None:
+    doc = gm_run(tmp, "runqburst", "full", 2, "-t", "3s")
+    f = finding(doc, "runq-overflow")
+    ev = f["evidence"]
+    assert ev["max_global"] >= 256 or ev["full_local"] > 0
+    assert ev["max_local"] >= 128
+
+
+@pytest.mark.bpf
+def test_cgo_pinning_locked_thread_handoffs(tmp: Path) -> None:
+    doc = gm_run(tmp, "lockedthread", "full", 2, "-t", "3s")
+    f = finding(doc, "cgo-pinning")
+    ev = f["evidence"]
+    assert ev["locked_handoffs"] >= 1000  # two pinned goroutines, 1000 messages/s each
+    top = ev["locked_goroutines"][:2]
+    assert len(top) == 2 and all(g["handoffs"] >= 400 for g in top)
+
+
+# ---------------------------------------------------------------- cpu-throttled, own cgroup
+
+@pytest.fixture
+def v1_cpu_cgroup() -> Iterator[Path]:
+    """A child of the v1 cpu controller limited to 0.2 CPU; removed afterwards."""
+    if not (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists():
+        pytest.skip("no cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
+    cg = CGROUP_V1_CPU / f"gmpmon-test-{uuid.uuid4().hex[:8]}"
+    cg.mkdir()
+    try:
+        (cg / "cpu.cfs_period_us").write_text("100000\n")
+        (cg / "cpu.cfs_quota_us").write_text("20000\n")
+        yield cg
+    finally:
+        for pid in (cg / "cgroup.procs").read_text().split():
+            (CGROUP_V1_CPU / "cgroup.procs").write_text(pid + "\n")  # back to the root
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@pytest.mark.bpf
+def test_cpu_throttled_in_its_own_v1_cgroup(tmp_path: Path, v1_cpu_cgroup: Path) -> None:
+    exe = tmp_path / "saturate"
+    shutil.copy2(build("saturate", GO), exe)
+    procs = str(v1_cpu_cgroup / "cgroup.procs")
+
+    def enter_cgroup() -> None:  # in the child, before exec: only the workload is limited
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+
+    # Long enough to outlive a slow BPF compile (seconds on a loaded machine); killed after.
+    target = subprocess.Popen([str(exe), "-t", "120s", "-w", "2"], stdout=subprocess.PIPE,
+                              text=True, preexec_fn=enter_cgroup,
+                              env=dict(os.environ, GOMAXPROCS="2"))
+    try:
+        assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+        out = tmp_path / "s.json"
+        p = subprocess.run([*GM, "attach", str(target.pid), "--mode", "sample", "--no-tui",
+                            "-d", "3", "--summary-json", str(out)],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr[-2000:]
+        doc = json.loads(out.read_text())
+    finally:
+        target.kill()
+        target.wait()
+    f = finding(doc, "cpu-throttled")
+    ev = f["evidence"]
+    assert ev["cgroup_version"] == 1
+    assert (ev["quota_us"], ev["period_us"], ev["quota_cpus"]) == (20000, 100000, 0.2)
+    assert ev["gomaxprocs"] == 2 and ev["go_reads_quota"] is True  # 1.27 reads quotas...
+    assert "GOMAXPROCS=2 > quota 0.2 CPUs" in f["title"]  # ... but GOMAXPROCS was set
+    # Two CPU-bound goroutines in 0.2 CPU: throttled in most periods (the rest: periods where
+    # this shared machine did not even give it its 20 ms).
+    assert ev["nr_periods"] >= 15 and ev["nr_throttled"] >= 0.5 * ev["nr_periods"]
+    assert ev["throttled_ns"] >= 300_000_000
+    assert f["severity"] == "critical"
