@@ -21,9 +21,9 @@ from operator import itemgetter
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
 from gmpmon.capture.budget import CostStatus
+from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
 from gmpmon.capture.pipeline import BatchQueue
-from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler

@@ -475,7 +475,9 @@ class Model:
             ts = start
         old = pp.state
         if old != P_UNKNOWN and ts > start:
-            if old == P_RUNNING and ts - start >= LONG_RUN_NS and self._hot:
+            # A run that began at a window's start began earlier, or not at all (sampled).
+            if old == P_RUNNING and ts - start >= LONG_RUN_NS and self._hot \
+                    and start > self._hot_since:
                 self.findings.long_run(pp.id, pp.goid, start, ts)
             if pp.exact:
                 pp.times[old] += ts - start

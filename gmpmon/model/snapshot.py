@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gmpmon.model.runtime import RuntimeView
 
-from gmpmon.model.cost import CostSummary
 from gmpmon.findings.types import Attribution, CgroupCpu, Finding
+from gmpmon.model.cost import CostSummary
 
 
 class PState(IntEnum):
