@@ -54,6 +54,10 @@ MUTEX              G ``g`` waited for a contended lock: a0 = wait ns (slow-path 
                    in the MUTEX_ADDR just before it.
 MUTEX_ADDR         Emitted right before its MUTEX: a0 = lock address, a1 = wait kind
                    (:class:`LockKind`).
+WAKE               G ``g`` becomes runnable without ``ready``: a bare ``casgstatus(gp, _Gwaiting,
+                   _Grunnable)`` in ``findRunnable`` (netpoll, the GC worker, the trace
+                   reader), ``injectglist`` (netpoll batches, GC-assist wake-ups) or the GC
+                   controller's ``findRunnableGCWorker``. Fields as READY (a0 = 0).
 P_IDLE             P ``p`` put on the idle list (``pidleput``); its M stops or keeps spinning
                    without it. m = tid of the M that put it there (the P's own M giving up in
                    ``findRunnable``, sysmon or a syscall's M in ``handoffp``, the STW caller
@@ -177,6 +181,7 @@ class Kind(IntEnum):
     COUNTER = 34
     LOST = 35
     WINDOW = 36
+    WAKE = 90
     RT_HIST = 40
     RT_SCHED = 41
     RT_TOTAL = 42

@@ -105,6 +105,14 @@ SEMACQUIRE1 = _role(
     "runtime.semacquire1", reads=ARGS[:5], required=False,
     why="no symbol: semaphore wait reasons are not traced",
 )
+INJECTGLIST = _role(
+    "runtime.injectglist", required=False,
+    why="no symbol: netpoll's batched wake-ups get no scheduling latency",
+)
+GCWORKER = _role(
+    "runtime.(*gcControllerState).findRunnableGCWorker", required=False,
+    why="no symbol: GC workers' wake-ups get no scheduling latency",
+)
 
 # Functions read but not probed: callees whose CALL/result sites are probed, and what
 # `gmpmon inspect` shows.
@@ -194,6 +202,14 @@ PROBES: tuple[Probe, ...] = (
           ra_define="SEMA_RA_OFF"),
     Probe("sema_exit", 22, (SEMACQUIRE1,), RETS, HOT, (Kind.MUTEX_ADDR, Kind.MUTEX), "waits",
           SEMACQUIRE1.why),
+    # Wake-ups without ready: the bare casgstatus(gp, _Gwaiting, _Grunnable) calls (the C
+    # filters on EBX/ECX) of netpoll in findRunnable, of injectglist and of the GC worker.
+    Probe("wake_sched", 23, (FINDRUNNABLE,), CALL, HOT, (Kind.WAKE,), "park",
+          "netpoll and GC-worker wake-ups get no latency", callee="runtime.casgstatus"),
+    Probe("wake_inject", 24, (INJECTGLIST,), CALL, HOT, (Kind.WAKE,), "park",
+          INJECTGLIST.why, callee="runtime.casgstatus"),
+    Probe("wake_gcworker", 25, (GCWORKER,), CALL, HOT, (Kind.WAKE,), "park",
+          GCWORKER.why, callee="runtime.casgstatus"),
 )
 
 HANDLERS: tuple[str, ...] = tuple(p.handler for p in sorted(PROBES, key=lambda p: p.hid))

@@ -275,6 +275,21 @@ static __always_inline int on_gopark(struct pt_regs *ctx)
     return 0;
 }
 
+/* G `gp` becomes runnable at `now`: its park ends (PARK_WAIT_NS) and its runnable stamp is
+ * set (SCHED_LAT at execute). The caller emits READY or WAKE with the same `now`. */
+static __always_inline void gm_made_runnable(u64 goid, u64 now)
+{
+    u32 gen = gm_gen();
+    struct gm_stamp *pk = parked_at.lookup(&goid);
+    if (pk && pk->ts) {
+        if (pk->gen == gen && now >= pk->ts)
+            gm_count(GM_C_PARK_WAIT_NS, NO_P, pk->reason, now - pk->ts);
+        pk->ts = 0;  /* consumed */
+    }
+    struct gm_stamp s = {.ts = now, .gen = gen, .reason = 0};
+    runnable_at.update(&goid, &s);
+}
+
 /* runtime.ready(gp *g, traceskip int, next bool) (goready is inlined since 1.21). Usually on
  * g0 via systemstack: RAX=gp, still _Gwaiting with gp.waitreason set. The waker is m.curg
  * (0 when the scheduler, a timer or netpoll readies it from g0 after dropg). */
@@ -286,18 +301,42 @@ static __always_inline int on_ready(struct pt_regs *ctx)
     u32 wr = rd8(gp + G_WAITREASON);
     u64 m = gm_m(ctx);
     u64 waker = gm_goid(rd64(m + M_CURG));
-    u32 gen = gm_gen();
-    struct gm_stamp *pk = parked_at.lookup(&goid);
-    if (pk && pk->ts) {
-        if (pk->gen == gen && now >= pk->ts)
-            gm_count(GM_C_PARK_WAIT_NS, NO_P, pk->reason, now - pk->ts);
-        pk->ts = 0;  /* consumed */
-    }
-    struct gm_stamp s = {.ts = now, .gen = gen, .reason = 0};
-    runnable_at.update(&goid, &s);
+    gm_made_runnable(goid, now);
     gm_emit_at(now, GM_READY, gm_pid(rd64(m + M_P)), gm_tid(), goid, waker, wr);
     return 0;
 }
+
+/* A `call runtime.casgstatus` in findRunnable, injectglist or findRunnableGCWorker: RAX=gp,
+ * EBX=old, ECX=new status. Only _Gwaiting(4) -> _Grunnable(1) is a wake-up without ready
+ * (netpoll, GC workers, the trace reader): the same stamps and fields as ready's. */
+static __always_inline int on_wake(struct pt_regs *ctx)
+{
+    if ((u32)ctx->bx != 4 || (u32)ctx->cx != 1)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    u64 gp = ctx->ax;
+    u64 goid = gm_goid(gp);
+    u32 wr = rd8(gp + G_WAITREASON);
+    gm_made_runnable(goid, now);
+    gm_emit_at(now, GM_WAKE, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 0, wr);
+    return 0;
+}
+
+static __always_inline int on_wake_sched(struct pt_regs *ctx)
+{
+    return on_wake(ctx);
+}
+
+static __always_inline int on_wake_inject(struct pt_regs *ctx)
+{
+    return on_wake(ctx);
+}
+
+static __always_inline int on_wake_gcworker(struct pt_regs *ctx)
+{
+    return on_wake(ctx);
+}
+
 
 /* The `CALL runtime.runqput` inside runtime.newproc.func1 (newproc's systemstack closure:
  * newg := newproc1(...); runqput(pp, newg, true)), all versions. CALL is emulated, so this is
@@ -648,6 +687,9 @@ int gmpmon_probe(struct pt_regs *ctx)
     case H_PIDLEPUT: return on_pidleput(ctx);
     case H_SEMA_ENTER: return on_sema_enter(ctx);
     case H_SEMA_EXIT: return on_sema_exit(ctx);
+    case H_WAKE_SCHED: return on_wake_sched(ctx);
+    case H_WAKE_INJECT: return on_wake_inject(ctx);
+    case H_WAKE_GCWORKER: return on_wake_gcworker(ctx);
     }
     return 0;
 }
@@ -688,4 +730,7 @@ GM_PROBE(lock_exit, H_LOCK_EXIT)
 GM_PROBE(pidleput, H_PIDLEPUT)
 GM_PROBE(sema_enter, H_SEMA_ENTER)
 GM_PROBE(sema_exit, H_SEMA_EXIT)
+GM_PROBE(wake_sched, H_WAKE_SCHED)
+GM_PROBE(wake_inject, H_WAKE_INJECT)
+GM_PROBE(wake_gcworker, H_WAKE_GCWORKER)
 #endif /* GM_PERF_FALLBACK */

@@ -36,6 +36,8 @@ struct gm_event {
 #define GM_MUTEX         15
 #define GM_MUTEX_ADDR    16
 #define GM_P_IDLE        17
+/* and, from the "other" range (90-99): */
+#define GM_WAKE          90
 
 /* gmpmon.events.Counter — the in-kernel aggregate tables. */
 #define GM_C_SCHED_LAT      1

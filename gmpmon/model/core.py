@@ -131,6 +131,7 @@ HOT_KINDS = frozenset(
         Kind.SCHED,
         Kind.PARK,
         Kind.READY,
+        Kind.WAKE,
         Kind.GO_CREATE,
         Kind.GO_EXIT,
         Kind.SYSCALL_ENTER,
@@ -273,7 +274,7 @@ class Model:
         self.events_lost = 0
         self.late_events = 0
         self.illegal = 0
-        self.unseen_wakes = 0  # WAITING -> RUNNING with no READY (netpoll, GC workers)
+        self.unseen_wakes = 0  # WAITING -> RUNNING with no READY/WAKE seen
 
         self._procs: dict[int, _P] = {}
         self._gs: dict[int, _G] = {}
@@ -344,6 +345,7 @@ class Model:
             (Kind.SCHED, self._on_sched),
             (Kind.PARK, self._on_park),
             (Kind.READY, self._on_ready),
+            (Kind.WAKE, self._on_ready),  # the same, without ready(): netpoll, GC workers
             (Kind.GO_CREATE, self._on_go_create),
             (Kind.GO_EXIT, self._on_go_exit),
             (Kind.SYSCALL_ENTER, self._on_syscall_enter),

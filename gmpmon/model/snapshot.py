@@ -167,7 +167,7 @@ class Snapshot:
     windows_covered_ns: int = 0  # time with hot probes attached (whole run in full mode)
     gosched: int = 0  # voluntary runtime.Gosched (PREEMPTED with a0=0)
     late_events: int = 0  # events older than ones already applied (beyond the reorder window)
-    unseen_wakes: int = 0  # parked Gs that ran with no READY seen (injectglist, GC workers)
+    unseen_wakes: int = 0  # parked Gs that ran with no READY/WAKE seen
     stw_reasons: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (count, ns)
     probe_hits: dict[int, int] = field(default_factory=dict)  # capture's probe id -> hits
     sources: dict[str, str] = field(default_factory=dict)  # table -> "counters" | "events"

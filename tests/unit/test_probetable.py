@@ -88,7 +88,9 @@ def test_every_handler_emits_the_kinds_its_row_says() -> None:
 def test_header_kinds_are_events_kind() -> None:
     kinds = {k: v for k, v in defines("GM_").items() if not k.startswith(("C_", "LOCK_"))}
     kinds.pop("LAT_SUB")
+    # every probe-range kind, plus those of other ranges that probes emit (WAKE)
     probe_kinds = {k.name: k.value for k in Kind if k.value in KIND_RANGES["probe"]}
+    probe_kinds |= {k.name: k.value for p in PROBES for k in p.kinds}
     assert kinds == probe_kinds
     # and the C uses no GM_<KIND> the header lacks
     used = set(EMIT.findall(BPF_C))

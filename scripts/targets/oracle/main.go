@@ -31,7 +31,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"gmpmon/targets/internal/gate"
 )
@@ -157,6 +159,14 @@ func mutexDelayNs() (float64, uint64) {
 	return total / cps * 1e9, count
 }
 
+// mono is CLOCK_MONOTONIC, the clock of runtime nanotime and of gmpmon's BPF timestamps
+// (a 1.21 trace's times are relative to its start: this ties them to the capture).
+func mono() int64 {
+	var ts syscall.Timespec
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Nano()
+}
+
 func netPingPong(stop <-chan struct{}, wg *sync.WaitGroup, n *int64) {
 	defer wg.Done()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -204,6 +214,7 @@ func main() {
 	m0 := readMetrics()
 	mu0, mc0 := mutexDelayNs()
 	runtime.ReadMemStats(&ms0)
+	startMono := mono()
 	if *traceTo != "" {
 		f, err := os.Create(*traceTo)
 		if err == nil {
@@ -303,22 +314,25 @@ func main() {
 	if *traceTo != "" {
 		trace.Stop()
 	}
+	stopMono := mono()
 	runtime.ReadMemStats(&ms1)
 	m1 := readMetrics()
 	mu1, mc1 := mutexDelayNs()
 	out := map[string]any{
-		"go":                    runtime.Version(),
-		"gomaxprocs":            runtime.GOMAXPROCS(0),
-		"phase_ns":              elapsed.Nanoseconds(),
-		"sleeps":                sleeps,
-		"locks":                 locks,
-		"gcs":                   gcs,
-		"pings":                 pings,
-		"numgc":                 ms1.NumGC - ms0.NumGC,
-		"pause_total_ns":        ms1.PauseTotalNs - ms0.PauseTotalNs,
+		"go":                     runtime.Version(),
+		"gomaxprocs":             runtime.GOMAXPROCS(0),
+		"phase_ns":               elapsed.Nanoseconds(),
+		"start_mono":             startMono,
+		"stop_mono":              stopMono,
+		"sleeps":                 sleeps,
+		"locks":                  locks,
+		"gcs":                    gcs,
+		"pings":                  pings,
+		"numgc":                  ms1.NumGC - ms0.NumGC,
+		"pause_total_ns":         ms1.PauseTotalNs - ms0.PauseTotalNs,
 		"mutex_profile_delay_ns": mu1 - mu0,
-		"mutex_profile_count":   mc1 - mc0,
-		"metrics":               delta(m0, m1),
+		"mutex_profile_count":    mc1 - mc0,
+		"metrics":                delta(m0, m1),
 	}
 	b, _ := json.Marshal(out)
 	fmt.Println("oracle " + string(b))
