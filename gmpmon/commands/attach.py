@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
             recording = session.recording_path() or args.record  # or `r` in the TUI
             session.close()
     finish_outputs(session, args)
-    say_recorded(recording)
+    if session.error is None:  # else the failure's own line says it all
+        say_recorded(recording)
     return thread_failure(session)
 
 

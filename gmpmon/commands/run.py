@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
                 recording = session.recording_path() or args.record
                 session.close()
         finish_outputs(session, args)
-        say_recorded(recording)
+        if session.error is None:  # else the failure's own line says it all
+            say_recorded(recording)
         failed = thread_failure(session)
     finally:
         if not released:

@@ -79,8 +79,9 @@ def hist_total_bounds(h: dict[str, Any]) -> tuple[float, float]:
 @pytest.mark.parametrize("go", trace_versions())
 def test_gc_stop_the_world_matches_memstats_metrics_and_trace(tmp_path: Path, go: str) -> None:
     """GC pauses from the stop request to the restarted world, as the runtime measures them:
-    count = 2 x NumGC = the trace's GC STW ranges; the total within 10% of the trace's, 15%
-    of MemStats.PauseTotalNs, and inside /sched/pauses/total/gc:seconds' bucket bounds (1.22+)."""
+    count = 2 x NumGC = the trace's GC STW ranges; the total within 10% of the trace's, at
+    least 0.9x MemStats.PauseTotalNs, and inside /sched/pauses/total/gc:seconds' bucket bounds
+    (1.22+)."""
     r = oracle_run(tmp_path, go, "-phase", "1s", "-net=false", "-mutex", "0", "-sleepers", "2",
                    "-gc-every", "20ms")
     gc = {k: v for k, v in r.summary["gc_stw"]["by_reason"].items() if k.startswith("GC ")}
@@ -91,8 +92,10 @@ def test_gc_stop_the_world_matches_memstats_metrics_and_trace(tmp_path: Path, go
     assert numgc >= 10
     assert count == 2 * numgc == len(r.trace.gc_stw)
     compare("GC STW total ns vs runtime/trace", total, r.trace.gc_stw_ns, 0.90, 1.10)
+    # One-sided: MemStats ends mark termination's pause before its clean-up, which gmpmon
+    # and the trace include, and on a loaded machine that clean-up can be descheduled.
     compare("GC STW total ns vs MemStats.PauseTotalNs", total, r.oracle["pause_total_ns"],
-            0.85, 1.15)
+            0.90, float("inf"))
     h = r.oracle["metrics"].get("/sched/pauses/total/gc:seconds")
     if h is not None:
         lo, hi = hist_total_bounds(h)
