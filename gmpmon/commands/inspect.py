@@ -133,11 +133,41 @@ def render(info: BinaryInfo) -> str:
     )
 
 
+def live_layout(info: BinaryInfo) -> dict[str, str] | None:
+    """For a pid: every validate_layout group -> its failed check ({} = all hold); None when
+    the process's memory cannot be read (not root, or it exited)."""
+    if info.pid is None:
+        return None
+    from gmpmon.binary.validate import GROUPS
+    from gmpmon.capture.sampler import check_layout
+
+    try:
+        return dict(check_layout(info, info.pid, GROUPS).failed)
+    except OSError:
+        return None
+
+
+def layout_lines(failed: dict[str, str] | None) -> list[str]:
+    if failed is None:
+        return ["layout checks: not run (cannot read the process's memory)"]
+    if not failed:
+        return ["layout checks on the live process: all hold (procs, sched, allgs, allm)"]
+    return [f"layout check failed ({g}): {why}" for g, why in failed.items()]
+
+
 def run(args: argparse.Namespace) -> int:
     info = resolve(args.target)
+    failed = live_layout(info)
     if args.json:
-        json.dump(to_json(info), sys.stdout, indent=1)
+        j = to_json(info)
+        if info.pid is not None:
+            j["layout"] = {"checked": failed is not None, "failed": failed or {}}
+        json.dump(j, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(render(info))
+        text = render(info)
+        if info.pid is not None:
+            head, _, rest = text.partition("\n\n")
+            text = "\n".join([head, *layout_lines(failed)]) + "\n\n" + rest
+        print(text)
     return 0

@@ -21,6 +21,7 @@ from gmpmon.binary.table import TABLE_FILE, table_minors
 from gmpmon.binary.validate import GROUPS
 from gmpmon.capture.sampler import LayoutError, Sampler, check_layout
 from gmpmon.errors import UnsupportedError
+from tests.cli import inspect
 from tests.gotargets import versions
 from tests.integration.test_attach import Proc, attach, copy_target
 from tests.integration.test_capture import GM, TIMEOUT, env
@@ -183,3 +184,24 @@ def test_a_newer_go_without_dwarf_runs_on_the_validated_newest_table(tmp_path: P
     s = json.loads(summary.read_text())
     assert s["target"]["gomaxprocs"] == 2
     assert all(p["running_ns"] > 0 for p in s["procs"]), s["procs"]
+
+
+def test_inspect_of_a_pid_runs_the_layout_checks(tmp_path: Path) -> None:
+    go = versions()[-1]
+    t = started(tmp_path, *BUSY, go, "stripped")
+    try:
+        good = inspect(str(t.p.pid))
+        j = json.loads(inspect(str(t.p.pid), "--json").stdout)
+        bad = subprocess.run(
+            [*GM, "inspect", str(t.p.pid)], capture_output=True, text=True, timeout=TIMEOUT,
+            env=env(GMPMON_OFFSETS_TABLE=str(wrong_table(tmp_path, go, runtime__p__id=4))),
+        )
+    finally:
+        t.kill()
+    assert "layout checks on the live process: all hold" in good.stdout, good.stdout
+    assert "runtime.allp                0x" in good.stdout and "disasm runtime.procresize+0x" in (
+        good.stdout)
+    assert j["layout"] == {"checked": True, "failed": {}}
+    assert bad.returncode == 0, bad.stderr
+    assert "layout check failed (procs): allp[0].id == 0 (read 1)" in (
+        bad.stdout), bad.stdout

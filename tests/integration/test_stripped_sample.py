@@ -4,7 +4,8 @@ The stripped build has no .symtab: its allp, sched and gomaxprocs come from the 
 finders, its offsets from the table, and both are validated on the process before the first
 sample. The workload (scripts/targets/runq) keeps every P running with a known number of
 goroutines waiting (g - GOMAXPROCS) for the whole run, so both builds must show the same
-picture: GOMAXPROCS, P states and the run queues (local + global) within sampling noise.
+picture: GOMAXPROCS, P states and the run queues (local + global) within sampling noise, and
+the runtime's own counters and the goroutine census the same goroutines and states.
 """
 
 from __future__ import annotations
@@ -83,3 +84,18 @@ def test_sample_mode_on_stripped_matches_the_default_build(tmp_path: Path, go: s
     assert abs(run_frac[0] - run_frac[1]) < (0.2 if go == "1.19" else 0.05), run_frac
     assert abs(statistics.mean(d["queued"]) - statistics.mean(b["queued"])) <= 1.0, (
         d["queued"], b["queued"])
+    # The runtime's own counters and the goroutine census (issue 11) read the same globals:
+    # the same goroutines, the same states, a latency histogram on both.
+    for mode, r in runs.items():
+        rt, census = r["summary"]["runtime"], r["summary"]["census"]
+        assert rt["missing"] == d["summary"]["runtime"]["missing"], (mode, rt["missing"])
+        assert not [m for m in rt["missing"] if "not found" in m], (mode, rt["missing"])
+        assert rt["goroutines"] == SPINNERS + 1, (mode, rt)  # + main
+        assert rt["gomaxprocs"] == PROCS
+        assert rt["sched_latency_ns"]["count"] > 0, (mode, rt["sched_latency_ns"])
+        assert census["goroutines"] == SPINNERS + 1, (mode, census)
+        busy = sum(x["count"] for x in census["states"] if x["state"] in ("running", "runnable")
+                   and not x["system"])
+        assert busy == SPINNERS, (mode, census["states"])
+    p50 = [r["summary"]["runtime"]["sched_latency_ns"]["p50"] for r in (d, b)]
+    assert max(p50) <= 3 * min(p50), p50  # tens of ms each (6 goroutines on 2 Ps); noisy
