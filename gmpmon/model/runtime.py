@@ -189,6 +189,8 @@ class RuntimePart:
         self.wait_reasons = wait_reasons
         self.stacks = stacks  # the model's stack table (census sites live there)
         self._hists: dict[int, list[int]] = {}
+        self._hist_stats: dict[int, LatencyStats] = {}
+        self._dirty: set[int] = set()
         self._totals: dict[int, int] = {}
         self._has_total: set[int] = set()
         self._missing: set[int] = set()
@@ -224,6 +226,7 @@ class RuntimePart:
             hist = self._hists[e[4]] = [0] * (n + 2)
         if 0 <= e[5] < n + 2:
             hist[e[5]] += e[6]
+            self._dirty.add(e[4])
 
     def on_sched(self, e: EventTuple) -> None:
         a0, a1 = e[5], e[6]
@@ -353,7 +356,11 @@ class RuntimePart:
         counts = self._hists.get(kind)
         if counts is None:
             return None if kind != RtHist.TIME_TO_RUN else LatencyStats()
-        return hist_stats(counts)
+        stats = self._hist_stats.get(kind)
+        if stats is None or kind in self._dirty:  # only recomputed after an RT_HIST
+            stats = self._hist_stats[kind] = hist_stats(counts)
+            self._dirty.discard(kind)
+        return stats
 
     def view(self) -> RuntimeView | None:
         if not self.reads and self._census is None and not self._missing:

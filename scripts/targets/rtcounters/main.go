@@ -137,6 +137,21 @@ func phase(d time.Duration) {
 			}
 		}()
 	}
+	// Gosched loops: goroutines taken from the global queue, each a schedtick.
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				runtime.Gosched()
+			}
+		}()
+	}
 	// GCs: stop-the-world pauses.
 	wg.Add(1)
 	go func() {
