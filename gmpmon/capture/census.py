@@ -48,7 +48,7 @@ class Census:
         mem: TargetMemory,
         *,
         max_goroutines: int = 1_000_000,
-        budget_s: float = 0.2,
+        budget_s: float = 1.0,
     ) -> None:
         self.info = info
         self.mem = mem
@@ -88,6 +88,8 @@ class Census:
         self._site_ids: dict[tuple[str, str], int] = {}
         self._func_cache: dict[int, str] = {}
         self.last_duration_s = 0.0
+        self.target_gone = False  # the last walk found the target gone
+        self.last_cpu_s = 0.0  # CPU time of the last walk (the wall time includes waits)
         self._announced = False
         self._walked = 0  # G structs read in this walk (dead ones included)
         self._scanned = 0  # allgs entries done
@@ -99,6 +101,7 @@ class Census:
         """Append one census (CENSUS_BEGIN ... CENSUS_END); new creation-site names go into
         ``stacks``. Never raises for a target that exits mid-walk: the END says so."""
         t0 = time.monotonic_ns()
+        cpu0 = time.thread_time()
         if not self._announced:
             out.extend(self.missing_events(t0))
             self._announced = True
@@ -132,6 +135,8 @@ class Census:
         self._emit(t1, counts, waits, sites, out, stacks)
         out.append((t1, Kind.CENSUS_END, NO_P, 0, t1 - t0, walked, int(cut)))
         self.last_duration_s = (t1 - t0) / 1e9
+        self.last_cpu_s = time.thread_time() - cpu0
+        self.target_gone = bool(cut & CensusCut.TARGET_GONE)
 
     def _pointers(self, ptr: int, n: int) -> list[int]:
         gps: list[int] = []

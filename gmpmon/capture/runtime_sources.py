@@ -1,13 +1,16 @@
 """The trap-free readers of the target's memory, driven from capture's reader thread.
 
 :class:`RuntimeSources` owns one /proc/PID/mem handle and two readers: the runtime's counters
-(capture/runtime_counters.py, every ``counters_s``) and the goroutine census
-(capture/census.py, every ``census_s``, backed off so that its walks take at most
-``CENSUS_DUTY`` of the time on programs with very many goroutines).
+(capture/runtime_counters.py, read in capture's thread every ``counters_s``) and the goroutine
+census (capture/census.py, in a thread of its own every ``census_s``: a walk of a big program
+may take longer than capture may stall its ring buffer). Walks are backed off so that their
+CPU time stays under ``CENSUS_DUTY`` of one core. A finished census is handed to capture's
+thread and stamped with the time it is handed over, so it never arrives "late" for the model.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from gmpmon.binary.info import BinaryInfo
@@ -19,6 +22,8 @@ from gmpmon.events import EventTuple
 COUNTERS_S = 0.05  # 20 Hz
 CENSUS_S = 1.0
 CENSUS_DUTY = 0.02
+
+Stacks = dict[int, tuple[str, ...]]
 
 
 class RuntimeSources:
@@ -32,7 +37,7 @@ class RuntimeSources:
     ) -> None:
         self.mem = TargetMemory(pid)
         self.counters_ns = int(counters_s * 1e9)
-        self.census_ns = int(census_s * 1e9)
+        self.census_s = census_s
         self.errors: list[str] = []
         self.counters: RuntimeCounters | None = None
         self.census: Census | None = None
@@ -45,26 +50,50 @@ class RuntimeSources:
                 self.census = Census(info, self.mem)
             except (KeyError, ValueError) as e:
                 self.errors.append(f"goroutine census disabled: {e}")
-        now = time.monotonic_ns()
-        self._next_counters = now
-        self._next_census = now
+        self._next_counters = time.monotonic_ns()
         self.failed_reads = 0
+        self._lock = threading.Lock()
+        self._done: list[tuple[list[EventTuple], Stacks]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.census is not None:
+            self._thread = threading.Thread(target=self._census_loop, name="gmpmon-census",
+                                            daemon=True)
+            self._thread.start()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
         self.mem.close()
 
-    def poll(
-        self, now: int, out: list[EventTuple], stacks: dict[int, tuple[str, ...]], *,
-        final: bool = False,
-    ) -> None:
-        """Read what is due (everything counter-like when ``final``: the last deltas)."""
+    def _census_loop(self) -> None:
+        census = self.census
+        assert census is not None
+        while not self._stop.is_set():
+            events: list[EventTuple] = []
+            stacks: Stacks = {}
+            census.walk(events, stacks)
+            with self._lock:
+                self._done.append((events, stacks))
+            if census.target_gone:
+                return  # nothing more to walk; the last census stands
+            self._stop.wait(max(self.census_s, census.last_cpu_s / CENSUS_DUTY))
+
+    def poll(self, now: int, out: list[EventTuple], stacks: Stacks, *, final: bool = False
+             ) -> None:
+        """Read the counters when due (always when ``final``: the last deltas), and hand on
+        the censuses finished since the last poll."""
         if self.counters is not None and (final or now >= self._next_counters):
             try:
                 self.counters.read(now, out)
             except OSError:
                 self.failed_reads += 1  # the target is gone: capture's liveness check says so
             self._next_counters = now + self.counters_ns
-        if self.census is not None and not final and now >= self._next_census:
-            self.census.walk(out, stacks)
-            back_off = int(self.census.last_duration_s / CENSUS_DUTY * 1e9)
-            self._next_census = time.monotonic_ns() + max(self.census_ns, back_off)
+        if self._done:
+            with self._lock:
+                done, self._done = self._done, []
+            for events, new in done:
+                stacks.update(new)
+                out.extend((now, *e[1:]) for e in events)

@@ -329,6 +329,8 @@ class RuntimePart:
             sites.append(CensusSite(creator, start, count))
         sites.sort(key=lambda s: (-s.count, s.creator, s.start))
         cut = tuple(name for bit, name in _CUT_NAMES if e[6] & bit)
+        if e[6] & CensusCut.TARGET_GONE and not rows_in and self._census is not None:
+            return  # the target was gone before this walk counted anything: keep the last
         seq, allglen = b["seq"], b["allglen"]
         assert isinstance(seq, int) and isinstance(allglen, int)
         self._census = CensusView(

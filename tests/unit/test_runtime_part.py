@@ -146,3 +146,16 @@ def test_recording_replays_to_the_same_view(tmp_path: Path) -> None:
         replay.feed(b)
     replay.flush()
     assert replay.snapshot().runtime == live.snapshot().runtime
+
+
+def test_an_empty_census_after_the_exit_keeps_the_last_one() -> None:
+    m = Model(header())
+    ev = rt_stream()
+    t = ev[-1][0] + 1_000_000_000
+    ev += [(t, Kind.CENSUS_BEGIN, NO_P, 0, 0, 2, 0),
+           (t, Kind.CENSUS_END, NO_P, 0, 10, 0, int(CensusCut.TARGET_GONE))]
+    m.feed(Batch(ev, STACKS))
+    m.flush()
+    rv = m.snapshot().runtime
+    assert rv is not None and rv.census is not None
+    assert rv.census.seq == 1 and rv.census.goroutines == 300
