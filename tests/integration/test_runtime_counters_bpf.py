@@ -2,16 +2,18 @@
 
 ``execute`` increments ``pp.schedtick`` unless the goroutine inherits the time slice
 (proc.go:execute), so on the same run the RT_PTICK deltas of each P must equal the EXECUTE
-events with inheritTime = 0 on that P: within 2%, the slack being the few milliseconds
-between attaching the hot probes and the counters' baseline (and at detach).
+events with inheritTime = 0 on that P between the counters' first and last read: within 2%
+(the reads are not atomic with the probes).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,8 @@ def test_schedtick_deltas_match_full_mode_executes(tmp_path: Path, version: str)
         assert target.stdout is not None and target.stdin is not None
         assert target.stdout.readline().strip() == "ready"
         gm = subprocess.Popen(
-            [*GM, "attach", str(target.pid), "--mode", "full", "--no-tui", "--record", str(rec)],
+            [*GM, "attach", str(target.pid), "--mode", "full", "--no-tui", "--record", str(rec),
+             "--summary-json", str(tmp_path / "s.json")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         assert gm.stdout is not None
@@ -51,6 +54,9 @@ def test_schedtick_deltas_match_full_mode_executes(tmp_path: Path, version: str)
         target.stdin.flush()
         while not target.stdout.readline().startswith("phase "):
             pass
+        # The target is quiet now: let the model catch up, so that stopping cuts nothing
+        # (a full-mode backlog still queued at the stop is dropped and counted).
+        time.sleep(3)
         gm.send_signal(signal.SIGINT)
         _out, err = gm.communicate(timeout=60)
         assert gm.returncode == 0, err[-2000:]
@@ -61,17 +67,24 @@ def test_schedtick_deltas_match_full_mode_executes(tmp_path: Path, version: str)
         target.kill()
         target.wait()
 
+    assert not json.loads((tmp_path / "s.json").read_text())["events"].get("dropped")
+    # Compare over the span the counters cover: from their baseline read (the first
+    # RT_SCHED) to their last read, so that executes between attaching the hot probes and the
+    # baseline (or after the last read, while detaching) count on neither side.
+    events = [e for batch in read_recording(str(rec)) for e in batch.events]
+    reads = [e[0] for e in events if e[1] == Kind.RT_SCHED]
+    t0, t1 = reads[0], reads[-1]
     executes: dict[int, int] = {}
     ticks: dict[int, int] = {}
-    for batch in read_recording(str(rec)):
-        for e in batch.events:
-            if e[1] == Kind.EXECUTE and e[5] == 0:
-                executes[e[2]] = executes.get(e[2], 0) + 1
-            elif e[1] == Kind.RT_PTICK:
-                ticks[e[2]] = ticks.get(e[2], 0) + e[5]
+    for e in events:
+        if e[1] == Kind.EXECUTE and e[5] == 0 and t0 < e[0] <= t1:
+            executes[e[2]] = executes.get(e[2], 0) + 1
+        elif e[1] == Kind.RT_PTICK and e[0] <= t1:
+            ticks[e[2]] = ticks.get(e[2], 0) + e[5]
     assert sorted(ticks) == [0, 1]
-    # Full mode slows the phase down a lot: a few hundred fresh slices is what it gets.
-    assert sum(executes.values()) > 200, (executes, ticks)
+    # Full mode slows the phase down a lot (and most executes inherit their time slice):
+    # a hundred or so fresh slices is what the phase gets, which is enough to be exact.
+    assert sum(executes.values()) >= 100, (executes, ticks)
     for p in (0, 1):
-        assert executes.get(p, 0) > 50, (executes, ticks)
+        assert executes.get(p, 0) >= 10, (executes, ticks)
         assert abs(ticks[p] - executes[p]) <= 0.02 * executes[p], (p, ticks, executes)

@@ -138,7 +138,7 @@ func phase(d time.Duration) {
 		}()
 	}
 	// Gosched loops: goroutines taken from the global queue, each a schedtick.
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 4; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
