@@ -141,7 +141,9 @@ class Capture:
             self._exe_id = _exe_id(self.pid)
         if self.runtime is None:
             with contextlib.suppress(OSError):
-                self.runtime = RuntimeSources(self.info, self.pid, census_s=self.census_s)
+                self.runtime = RuntimeSources(
+                    self.info, self.pid, census_s=self.census_s, starting=self.defer_sampler
+                )
         if self.mode == "full" or self.sampler is not None:
             return
         try:

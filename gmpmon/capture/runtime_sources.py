@@ -16,8 +16,9 @@ import time
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.census import Census
 from gmpmon.capture.runtime_counters import RuntimeCounters
+from gmpmon.capture.sampler import check_layout
 from gmpmon.capture.targetmem import TargetMemory
-from gmpmon.events import EventTuple
+from gmpmon.events import NO_P, EventTuple, Kind, RtFeature
 
 COUNTERS_S = 0.05  # 20 Hz
 CENSUS_S = 1.0
@@ -34,22 +35,41 @@ class RuntimeSources:
         *,
         counters_s: float = COUNTERS_S,
         census_s: float = CENSUS_S,
+        starting: bool = False,
     ) -> None:
-        self.mem = TargetMemory(pid)
         self.counters_ns = int(counters_s * 1e9)
         self.census_s = census_s
-        self.errors: list[str] = []
+        self.errors: list[str] = []  # one line each, for the user
         self.counters: RuntimeCounters | None = None
         self.census: Census | None = None
-        try:
-            self.counters = RuntimeCounters(info, self.mem)
-        except (KeyError, ValueError) as e:
-            self.errors.append(f"runtime counters disabled: {e}")
-        if census_s > 0:
+        off: set[RtFeature] = set()
+        # Nothing is read through a global or an offset the live process has not confirmed
+        # (binary/validate.py): a feature whose checks fail is off, said in one line.
+        layout = check_layout(info, pid, ("procs", "sched", "allgs", "allm"), starting=starting)
+        self.mem = TargetMemory(pid)
+        if layout.ok("procs", "sched"):
+            try:
+                self.counters = RuntimeCounters(info, self.mem)
+            except (KeyError, ValueError) as e:
+                self.errors.append(f"runtime counters off: {e}")
+                off |= set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT,
+                                         RtFeature.CENSUS_SITES}
+            if self.counters is not None and not layout.ok("allm"):
+                self.counters.allm = None  # no pending per-M lock waits: a bit short
+        else:
+            self.errors.append(f"runtime counters off: {layout.why('procs', 'sched')}")
+            off |= set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT,
+                                     RtFeature.CENSUS_SITES}
+        if census_s > 0 and layout.ok("allgs"):
             try:
                 self.census = Census(info, self.mem)
             except (KeyError, ValueError) as e:
-                self.errors.append(f"goroutine census disabled: {e}")
+                self.errors.append(f"goroutine census off: {e}")
+                off.add(RtFeature.CENSUS)
+        elif census_s > 0:
+            self.errors.append(f"goroutine census off: {layout.why('allgs')}")
+            off.add(RtFeature.CENSUS)
+        self._off = sorted(off)
         self._next_counters = time.monotonic_ns()
         self.failed_reads = 0
         self._lock = threading.Lock()
@@ -85,6 +105,9 @@ class RuntimeSources:
              ) -> None:
         """Read the counters when due (always when ``final``: the last deltas), and hand on
         the censuses finished since the last poll."""
+        if self._off:
+            out.extend((now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 0) for f in self._off)
+            self._off = []
         if self.counters is not None and (final or now >= self._next_counters):
             try:
                 self.counters.read(now, out)

@@ -196,6 +196,9 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
         + ")... Ctrl-C to end.",
         flush=True,
     )
+    if session.capture.runtime is not None:
+        for line in session.capture.runtime.errors:
+            print(f"gmpmon: {line}", file=sys.stderr)
     if session.capture.sampler_error and h.mode != "full":
         print(f"gmpmon: no sampler ({session.capture.sampler_error}); probes only",
               file=sys.stderr)
