@@ -232,3 +232,24 @@ def test_census_cut_short_keeps_what_it_had(target: Target) -> None:
     with pytest.raises(OSError):
         RuntimeCounters(target.info, mem).read(time.monotonic_ns(), [])
     mem.close()
+
+
+def test_a_layout_that_does_not_fit_turns_the_counters_off(target: Target) -> None:
+    """Wrong offsets (here p.id shifted) fail the live layout checks: the counters are off,
+    said in one line and as missing features, and nothing is read through them."""
+    import dataclasses
+
+    from gmpmon.capture.runtime_sources import RuntimeSources
+
+    o = dict(target.info.offsets)
+    o["runtime.p.id"] += 4
+    bad = dataclasses.replace(target.info, offsets=o)
+    rs = RuntimeSources(bad, target.proc.pid, census_s=0)
+    try:
+        assert rs.counters is None
+        assert len(rs.errors) == 1 and "layout check failed" in rs.errors[0], rs.errors
+        events: list[EventTuple] = []
+        rs.poll(time.monotonic_ns(), events, {})
+        assert {e[1] for e in events} == {Kind.RT_MISSING}
+    finally:
+        rs.close()
