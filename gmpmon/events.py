@@ -83,11 +83,15 @@ WINDOW             Hot probes attached (a0=1) or detached (a0=0): delimits the w
                    far past its planned end it was detached, ns (a0=0).
 COST               The budget controller's account, cumulative since attach: m = budget in
                    thousandths of a percent, g = windows that overstayed their plan by more
-                   than 50 ms, a0 = estimated CPU ns the probes cost the target, a1 = CPU ns
-                   the target used.
+                   than 50 ms | (trigger bursts << 20) | (windows closed early because their
+                   hits cost 1.5x their plan << 40), a0 = estimated CPU ns the probes cost
+                   the target, a1 = CPU ns the target used.
 DROP               a0 = records dropped in user space since the previous DROP of that stage,
                    a1 = the :class:`Stage` (reader queue full, cut at the end). Like LOST, the
                    model forgets what it inferred from the missing records.
+TRIGGER            A ``--trigger`` condition fired: g = its index among the triggers given,
+                   a0 = the burst asked of the hot probes, ns. The session dumps a recording
+                   around it (``--dump-dir``).
 CGROUP_CPU         The target's cgroup CPU controller, read from its files
                    (``gmpmon/capture/cgroup.py``, every mode): g = :class:`CgroupField`,
                    a0 = the field's *absolute* value, a1 = cgroup version (1 or 2). Sent in
@@ -194,6 +198,7 @@ class Kind(IntEnum):
     CENSUS_END = 54
     COST = 80  # the overhead budget (gmpmon.capture.hotctl), see below
     DROP = 81  # records dropped in user space (bounded queues), see below
+    TRIGGER = 82  # a flight-recorder trigger fired (gmpmon.capture.triggers), see below
     CGROUP_CPU = 95  # "other" range: the target's cgroup, not the Go runtime
 
 

@@ -12,11 +12,14 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Sequence
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.capture import Capture
 from gmpmon.capture.pipeline import thin
 from gmpmon.capture.sampler import check_layout
+from gmpmon.capture.triggers import TriggerSpec
+from gmpmon.dumps import DumpKeeper
 from gmpmon.events import Batch, Header, Stage
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
@@ -90,6 +93,9 @@ class LiveSession:
         window_ms: int = 200,
         period_ms: int = 1000,
         budget_pct: float = 1.0,
+        triggers: Sequence[TriggerSpec] = (),
+        burst_ms: float = 500.0,
+        dump_dir: str | None = None,
         record: str | None = None,
         gomaxprocs: int | None = None,
         before_exec: bool = False,
@@ -100,11 +106,14 @@ class LiveSession:
         self.capture = Capture(
             info, pid, mode=mode, window_ms=window_ms, period_ms=period_ms,
             defer_sampler=before_exec, census_s=census_s, budget_pct=budget_pct,
+            triggers=triggers, burst_ms=burst_ms,
         )
         self.header = make_header(
             info, pid, self.capture, gomaxprocs or read_gomaxprocs(info, pid)
         )
         self.model = Model(self.header)
+        self.dumps = DumpKeeper(self.header, list(triggers), dump_dir) if (
+            triggers and dump_dir) else None
         self._record_lock = threading.Lock()
         self._recorder: RecordingWriter | None = None
         if record:
@@ -235,9 +244,19 @@ class LiveSession:
                     self._latest = self.model.snapshot()
                 with contextlib.suppress(Exception):
                     self.stop_recording()
+            if self.dumps is not None:
+                with contextlib.suppress(Exception):
+                    self.dumps.close()
             self.finished.set()
 
+    def trigger(self, metric: str = "key") -> bool:
+        """Fire a manual trigger (``key``: the TUI's key, ``sigusr1``); False if the user
+        gave no such ``--trigger``."""
+        return self.capture.flight.request(metric) if self.capture.flight else False
+
     def _consume(self, batch: Batch) -> None:
+        if self.dumps is not None:
+            self.dumps.feed(batch, self.model.stacks)
         if batch.events or batch.stacks:
             if SLOW_MODEL_S:
                 hog_gil(SLOW_MODEL_S)

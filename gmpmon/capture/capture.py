@@ -15,6 +15,7 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -27,6 +28,7 @@ from gmpmon.capture.pipeline import BatchQueue
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
+from gmpmon.capture.triggers import Flight, TriggerSpec
 from gmpmon.errors import CaptureError
 from gmpmon.events import Batch, Counter, EventTuple, Kind
 
@@ -66,6 +68,8 @@ class Capture:
         defer_sampler: bool = False,
         census_s: float = 1.0,
         budget_pct: float = 1.0,
+        triggers: Sequence[TriggerSpec] = (),
+        burst_ms: float = 500.0,
     ) -> None:
         if mode not in MODES:
             raise CaptureError(f"unknown mode {mode!r}")
@@ -97,6 +101,7 @@ class Capture:
         self.budget_pct = budget_pct
         self.hotctl: HotControl | None = None  # default mode: the budgeted window controller
         self._cost_sent: CostStatus | None = None
+        self.flight = Flight(list(triggers), burst_ms) if triggers else None
         self._error: BaseException | None = None
         self.cgroup = CgroupCpuReader(pid)  # CGROUP_CPU events, every mode (findings)
 
@@ -308,7 +313,8 @@ class Capture:
         c = self.hotctl.status if self.hotctl is not None else None
         if c is not None and c is not self._cost_sent:
             self._cost_sent = c
-            self._pending.append((now, Kind.COST, -1, round(c.budget_pct * 1000), c.overstays,
+            counts = c.overstays | c.bursts << 20 | c.cut_short << 40
+            self._pending.append((now, Kind.COST, -1, round(c.budget_pct * 1000), counts,
                                   int(c.cost_s * 1e9), int(c.target_cpu_s * 1e9)))
 
     def _emit_window(self, on: int) -> None:
@@ -349,6 +355,8 @@ class Capture:
         out = pend[:cut]
         del pend[:cut]
         stacks = self._fix_mutex_stacks(out)
+        if self.flight is not None:
+            out += self.flight.check(out, self.hotctl.burst if self.hotctl else None)
         self._q.put(Batch(out, stacks))
 
     def _fix_mutex_stacks(self, events: list[EventTuple]) -> dict[int, tuple[str, ...]]:

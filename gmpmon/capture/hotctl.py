@@ -146,7 +146,15 @@ class Controller:
         self.planned_end = now + window_ns
         self.burst = burst
         self._hot_at_open = self._hot_total()
-        self.cost_cap_s = GUARD_OVER * self.planned_cost(window_ns * 1e-9)
+        self.cost_cap_s = self.burst_cap() if burst else (
+            GUARD_OVER * self.planned_cost(window_ns * 1e-9))
+
+    def burst_cap(self) -> float:
+        """A burst may spend what the budget's horizon lends (see BudgetPlanner.allow_burst),
+        however far the rate it was sized with is off."""
+        p = self.planner
+        assert p is not None
+        return max(p.credit_s, 0.0) + p.budget * max(p.cpu_rate, 0.1) * p.horizon_s
 
     def planned_cost(self, window_s: float) -> float:
         """What a window of this length should cost; before the hot rate is known, one
@@ -277,7 +285,7 @@ class Controller:
             if self.link >= 0:  # extend the open window into the burst
                 self.planned_end = max(self.planned_end, time.monotonic_ns() + burst_ns)
                 self.burst = words[2]
-                self.cost_cap_s += GUARD_OVER * self.planned_cost(burst_ns * 1e-9)
+                self.cost_cap_s += self.burst_cap()
             else:
                 self.open_window(burst_ns, words[2])
         return True

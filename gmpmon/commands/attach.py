@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from gmpmon import priority
 from gmpmon.capture.capture import MODES, running
+from gmpmon.capture.triggers import parse_trigger
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
 from gmpmon.files import check_output_path
 from gmpmon.model.snapshot import Snapshot
@@ -59,6 +60,17 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
         help="default mode: keep what the hot probes cost the target within PCT%% of its CPU "
         "time; windows are sized (down to none) to fit (default: %(default)s)",
     )
+    p.add_argument(
+        "--trigger", action="append", default=[], metavar="COND",
+        help="flight recorder: when COND holds, arm the hot probes for --burst and dump a "
+        "recording to --dump-dir. COND: latency.p99>5ms (the runtime's own histogram), "
+        "runq>256, stw>10ms, goroutines+>1000/s, sigusr1, key (the TUI's t). Repeatable",
+    )
+    p.add_argument("--burst", type=float, default=500.0, metavar="MS",
+                   help="how long a trigger arms the hot probes (default: %(default)s)")
+    p.add_argument("--dump-dir", metavar="DIR",
+                   help="write a recording per trigger here: the burst and the seconds "
+                   "before it (open with `gmpmon replay`)")
     p.add_argument("--window-ms", type=int, default=200, help=argparse.SUPPRESS)
     p.add_argument("--period-ms", type=int, default=1000, help=argparse.SUPPRESS)
 
@@ -85,6 +97,11 @@ def check_capture_args(args: argparse.Namespace) -> None:
         raise UsageError("--census-interval must be 0 (off) or positive")
     if not (0 < args.budget <= 100):
         raise UsageError("--budget must be in (0, 100]")
+    args.trigger_specs = [parse_trigger(t) for t in args.trigger]
+    if args.burst <= 0:
+        raise UsageError("--burst must be positive")
+    if args.dump_dir is not None and not os.path.isdir(args.dump_dir):
+        raise UsageError(f"--dump-dir {args.dump_dir}: not a directory")
     if not (0 < args.window_ms <= args.period_ms):
         raise UsageError("need 0 < --window-ms <= --period-ms")
     for path in (args.record, args.summary_json, args.folded):
@@ -106,8 +123,9 @@ def run(args: argparse.Namespace) -> int:
         session = LiveSession(
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
             budget_pct=args.budget, record=args.record, census_s=args.census_interval,
+            triggers=args.trigger_specs, burst_ms=args.burst, dump_dir=args.dump_dir,
         )
-    with stop_signals() as stop:
+    with stop_signals() as stop, usr1_triggers(session):
         try:
             with target_may_vanish(pid):
                 session.start()
@@ -239,6 +257,10 @@ def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
             write_folded(snap, args.folded)
         if args.no_tui or not sys.stdout.isatty():
             say(report.text_report(snap), sys.stdout)
+    if session.dumps is not None:
+        for note in session.dumps.notes:
+            say(f"gmpmon: {note}")
+        session.dumps.notes.clear()
 
 
 def thread_failure(session: LiveSession) -> int:
@@ -304,6 +326,20 @@ class StopEvent(threading.Event):
     def end(self, why: str) -> None:
         self.why = self.why or why
         self.set()
+
+
+@contextmanager
+def usr1_triggers(session: LiveSession) -> Iterator[None]:
+    """SIGUSR1 fires the ``sigusr1`` trigger (if one was asked for)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        session.trigger("sigusr1")
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, old)
 
 
 @contextmanager

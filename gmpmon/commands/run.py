@@ -26,6 +26,7 @@ from gmpmon.commands.attach import (
     say_recorded,
     stop_signals,
     thread_failure,
+    usr1_triggers,
     watch,
 )
 from gmpmon.errors import TargetError, UsageError
@@ -107,8 +108,9 @@ def run(args: argparse.Namespace) -> int:
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
             budget_pct=args.budget, record=args.record, gomaxprocs=_gomaxprocs_for_child(),
             before_exec=True, census_s=args.census_interval,
+            triggers=args.trigger_specs, burst_ms=args.burst, dump_dir=args.dump_dir,
         )
-        with stop_signals() as stop:
+        with stop_signals() as stop, usr1_triggers(session):
             try:
                 session.start()
                 priority.restore_boost()

@@ -367,6 +367,7 @@ class Model:
             *self.runtime.handlers(),
             (Kind.COST, self.cost.on_cost),
             (Kind.DROP, self._on_drop),
+            (Kind.TRIGGER, self.cost.on_trigger),
         ):
             handlers[kind] = fn
         # Kinds only the hot (duty-cycled) probes emit. Between a WINDOW 0 and the next
@@ -1138,6 +1139,7 @@ class Model:
             windows_covered_ns=covered,
             cost=self.cost.summary(),
             dropped=self.cost.dropped_by_stage(),
+            triggers=tuple(self.cost.triggers),
             gosched=self.gosched,
             late_events=self.late_events,
             stw_reasons={

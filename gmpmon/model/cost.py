@@ -18,6 +18,8 @@ class CostSummary:
     cost_ns: int  # estimated CPU time the target lost to the probes
     target_cpu_ns: int  # CPU time the target used since attach
     overstays: int  # windows detached more than 50 ms after their planned end
+    bursts: int = 0  # trigger bursts the budget allowed
+    cut_short: int = 0  # windows closed early: their hits cost 1.5x their plan
 
 
 class CostTracker:
@@ -26,6 +28,11 @@ class CostTracker:
     def __init__(self) -> None:
         self.last: EventTuple | None = None
         self.dropped: dict[int, int] = {}  # Stage -> records
+        self.triggers: list[tuple[int, int]] = []  # (ts, --trigger index) of TRIGGER events
+
+    def on_trigger(self, e: EventTuple) -> None:
+        if len(self.triggers) < 1000:
+            self.triggers.append((e[0], e[4]))
 
     def on_drop(self, e: EventTuple) -> None:
         self.dropped[e[6]] = self.dropped.get(e[6], 0) + e[5]
@@ -47,5 +54,7 @@ class CostTracker:
             estimated_pct=100.0 * cost / cpu if cpu else 0.0,
             cost_ns=cost,
             target_cpu_ns=cpu,
-            overstays=e[4],
+            overstays=e[4] & 0xFFFFF,
+            bursts=(e[4] >> 20) & 0xFFFFF,
+            cut_short=e[4] >> 40,
         )

@@ -182,6 +182,7 @@ class Snapshot:
     runtime: RuntimeView | None = None
     cost: CostSummary | None = None  # default mode's budget controller (COST events)
     dropped: dict[str, int] = field(default_factory=dict)  # user-space drops by stage (DROP)
+    triggers: tuple[tuple[int, int], ...] = ()  # (ts, --trigger index) of each trigger fired
     # The findings engine (gmpmon.findings): most severe first; see docs/findings.md.
     findings: tuple[Finding, ...] = ()
     latency_attribution: Attribution | None = None

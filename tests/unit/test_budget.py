@@ -151,5 +151,6 @@ def test_cost_events_give_the_summary_cost() -> None:
     ], mode="default")
     c = summary(snap)["cost"]
     assert c == {"estimated_pct": 0.8, "budget_pct": 1.0, "windows": 2, "covered_s": 0.025,
-                 "cost_ns": 8_000_000, "target_cpu_ns": 1_000_000_000, "overstays": 1}
+                 "cost_ns": 8_000_000, "target_cpu_ns": 1_000_000_000, "overstays": 1,
+                 "bursts": 0, "cut_short": 0, "triggers": 0}
     assert summary(run([], mode="full"))["cost"] is None
