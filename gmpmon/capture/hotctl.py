@@ -88,6 +88,7 @@ class Controller:
         self.gen = 0
         self.planned_end = 0
         self.opened = 0
+        self.attach_ns = 0  # how long the last link took to create
         self.burst = ""
         self.cost_cap_s = 0.0  # the open window is closed early once it has cost this much
         self.cut_short = 0  # windows closed early by that guard
@@ -142,12 +143,23 @@ class Controller:
         self.say(f"W 1 {now} {window_ns} {burst or '-'}")
         self.link = bpfsys.link_uprobe_multi(self.cfg.prog_fd, self.cfg.path, self.cfg.offsets,
                                              self.cfg.cookies)
-        self.opened = now
-        self.planned_end = now + window_ns
+        # Registering the uprobes takes 8-60 ms on a loaded machine (the kernel patches each
+        # site in turn): the plan counts from when they are all in.
+        self.opened = time.monotonic_ns()
+        self.attach_ns = self.opened - now
+        self.planned_end = self.opened + window_ns
         self.burst = burst
         self._hot_at_open = self._hot_total()
-        self.cost_cap_s = self.burst_cap() if burst else (
-            GUARD_OVER * self.planned_cost(window_ns * 1e-9))
+        self.cost_cap_s = self.burst_cap() if burst else self.window_cap(window_ns * 1e-9)
+
+    def window_cap(self, window_s: float) -> float:
+        """A budgeted window may spend 1.5x its estimate, and never more than the credit it
+        was sized from plus one period's earnings: a wrong rate estimate (a starved first
+        window, a target that speeds up) cannot run it far over the budget."""
+        p = self.planner
+        assert p is not None
+        hard = max(p.credit_s, 0.0) + p.budget * max(p.cpu_rate, 0.1) * p.period_s
+        return min(GUARD_OVER * self.planned_cost(window_s), hard)
 
     def burst_cap(self) -> float:
         """A burst may spend what the budget's horizon lends (see BudgetPlanner.allow_burst),

@@ -81,10 +81,12 @@ def test_windows_keep_their_plan_while_the_model_hogs_the_gil(tmp_path: Path) ->
         assert planned > 0
         assert closed - opened <= planned + 50_000_000, (opened, closed, planned)
         assert over <= 50_000_000
-    # Seen from outside: no hot site stayed patched much longer than the longest plan (the
-    # int3 goes when the link is closed; 20 ms for this loop's own sampling).
+    # Seen from outside: no hot site stayed patched much longer than the longest plan. The
+    # plan counts from when the link is in; the kernel patches the sites one by one before
+    # (8-60 ms on this loaded box) and unpatches them at close: 150 ms of slack for both
+    # and for this loop's own sampling. A controller starved by the GIL would show seconds.
     assert stretches, "the hot probes were never seen attached"
-    assert max(stretches) <= max(p for _, _, p, _ in ws) * 1e-9 + 0.070, stretches
+    assert max(stretches) <= max(p for _, _, p, _ in ws) * 1e-9 + 0.150, stretches
     s = json.loads(summary.read_text())
     assert s["cost"]["overstays"] == 0
     assert s["cost"]["windows"] == len(ws)
