@@ -31,8 +31,9 @@ def cpu_saturation(ctx: Context) -> Finding | None:
     nprocs = max(snap.gomaxprocs, 1)
     if len(busy) < nprocs or not busy:
         return None
-    if sum(k for _p, _b, k in busy) < 0.2 * ctx.duration_ns * nprocs:
-        return None  # too little of the run is known (default mode: windows)
+    span = snap.windows_covered_ns if snap.window == "windows" else ctx.duration_ns
+    if sum(k for _p, _b, k in busy) < 0.5 * span * nprocs:
+        return None  # too little of the run (default mode: of its windows) is known
     min_busy = min(b for _p, b, _k in busy)
     if min_busy < th.busy:
         return None

@@ -31,9 +31,35 @@ def _site(stack: tuple[str, ...], skip: tuple[str, ...] = ("runtime.", "sync.",
     return stack[-1] if stack else ""
 
 
+def split_handoffs(ctx: Context) -> tuple[float, float, str]:
+    """(syscall hand-offs, locked-thread hand-offs, how the unknown ones were split). A
+    hand-off's cause is seen only with the hot probes (the PARK or SYSCALL_ENTER before it on
+    the same M); the others are split like the ones seen in windows, else by the runtime's
+    per-P syscall ticks (a locked M that blocks makes no syscall through entersyscall), else
+    counted as syscalls."""
+    bc = ctx.inputs.handoffs.by_cause
+    sysc = bc.get("syscall-retake", 0) + bc.get("syscall-block", 0)
+    locked = bc.get("locked-thread", 0)
+    unknown = bc.get("unknown", 0)
+    if not unknown:
+        return sysc, locked, ""
+    if sysc + locked >= 10:
+        share = sysc / (sysc + locked)
+        how = f"{unknown} of unknown cause split like the {sysc + locked} seen in windows"
+    elif ctx.snap.runtime is not None and ctx.snap.runtime.procs:
+        ticks = sum(p.syscalls for p in ctx.snap.runtime.procs)
+        share = min(1.0, ticks / unknown)
+        how = (f"cause not seen in this mode: {ticks} syscalls (runtime syscalltick) for "
+               f"{unknown} hand-offs")
+    else:
+        share, how = 1.0, f"{unknown} of unknown cause counted as syscalls"
+    return sysc + share * unknown, locked + (1 - share) * unknown, how
+
+
 def syscall_handoff(ctx: Context) -> Finding | None:
     ho, th, snap = ctx.inputs.handoffs, ctx.th, ctx.snap
-    n = sum(ho.by_cause.get(c, 0) for c in SYSCALL_CAUSES)
+    nf, _locked, how = split_handoffs(ctx)
+    n = round(nf)
     if n < th.handoff_min:
         return None
     rate = n / ctx.seconds
@@ -52,6 +78,7 @@ def syscall_handoff(ctx: Context) -> Finding | None:
             "handoffs": n,
             "per_second": round(rate, 1),
             "by_cause": {c: ho.by_cause.get(c, 0) for c in SYSCALL_CAUSES if ho.by_cause.get(c)},
+            "cause_note": how or None,
             "syscalls": snap.syscalls,
             "syscalls_blocking": snap.syscalls_blocking,
             "no_m_ns": ho.no_m_ns,
@@ -61,7 +88,8 @@ def syscall_handoff(ctx: Context) -> Finding | None:
             "sources": {"handoffs": "events (handoffp)",
                         "causes": "events" if snap.window != "sampled" else "unknown (sample)",
                         "no_m_ns": "events" if snap.window == "exact" else "events+samples"},
-            "sampled": ["no_m_ns"] if snap.window != "exact" else [],
+            "sampled": (["no_m_ns"] if snap.window != "exact" else [])
+                       + (["by_cause"] if how else []),
         },
         "Syscalls block long enough (more than a sysmon tick, 20 us to 10 ms) that sysmon takes "
         "their P and hands it to another M, which may have to be started. Use the netpoller "
@@ -266,7 +294,8 @@ def runq_overflow(ctx: Context) -> Finding | None:
 
 def cgo_pinning(ctx: Context) -> Finding | None:
     ho, th = ctx.inputs.handoffs, ctx.th
-    n = ho.by_cause.get("locked-thread", 0)
+    _sysc, nf, how = split_handoffs(ctx)
+    n = round(nf)
     rate = n / ctx.seconds
     if n < th.locked_min or rate < th.locked_rate:
         return None
@@ -276,8 +305,10 @@ def cgo_pinning(ctx: Context) -> Finding | None:
         "per_second": round(rate, 1),
         "locked_goroutines": [{"goid": g, "handoffs": c} for g, c in gs],
         "no_m_ns": ho.no_m_ns,
-        "sources": {"locked_handoffs": "events (handoffp after gopark on the same M)"},
-        "sampled": [],
+        "cause_note": how or None,
+        "sources": {"locked_handoffs": "events (handoffp after gopark on the same M)"
+                    + (" + inferred" if how else "")},
+        "sampled": ["locked_handoffs"] if how else [],
     }
     return Finding(
         "cgo-pinning",

@@ -327,7 +327,9 @@ class FindingsTracker:
             else:
                 cause = "syscall-retake"
                 self._bump(self.handoff_g, last[2])
-        elif not self._hot:
+        elif self._gated or not self._hot or ts - self._t0 < CAUSE_WINDOW_NS:
+            # No hot probes, or (duty-cycled windows) probes that may not all be up yet: an
+            # M with no PARK/SYSCALL_ENTER seen is not known to be sysmon.
             cause = "unknown"  # no PARK/SYSCALL_ENTER events to tell: sample mode, off-window
             if g:
                 self._bump(self.handoff_g, g)

@@ -32,8 +32,9 @@ _RUNS: dict[tuple[str, str, int, tuple[str, ...]], dict[str, Any]] = {}
 
 def gm_run(tmp: Path, name: str, mode: str, gomaxprocs: int, *args: str,
            go: str = GO) -> dict[str, Any]:
-    """``gmpmon run --mode M`` on a private copy of the workload; its summary JSON (cached:
-    one run per workload, mode and arguments for the whole module)."""
+    """``gmpmon run --mode M --record`` on a private copy of the workload; its summary JSON
+    (cached: one run per workload, mode and arguments for the whole module). The recording
+    is next to it (``recording(tmp, name, mode)``)."""
     key = (f"{name}@{go}", mode, gomaxprocs, args)
     if key in _RUNS:
         return _RUNS[key]
@@ -42,6 +43,7 @@ def gm_run(tmp: Path, name: str, mode: str, gomaxprocs: int, *args: str,
     out = tmp / f"{name}-{go}-{mode}.json"
     env = dict(os.environ, GOMAXPROCS=str(gomaxprocs))
     p = subprocess.run([*GM, "run", "--mode", mode, "--no-tui", "--summary-json", str(out),
+                        "--record", str(out.with_suffix(".gmp")),
                         "--", str(exe), *args], capture_output=True, text=True, timeout=120,
                        env=env)
     assert p.returncode == 0, f"gmpmon run failed ({p.returncode}): {p.stderr[-2000:]}"
@@ -80,6 +82,20 @@ def test_healthy_workload_gets_no_warning(tmp: Path, mode: str) -> None:
     doc = gm_run(tmp, "healthy", mode, 2, "-t", "3s")
     assert alarms(doc) == []
     assert doc["events"]["lost"] == 0
+
+
+@pytest.mark.bpf
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_a_recording_replays_to_the_same_findings(tmp: Path, mode: str) -> None:
+    live = gm_run(tmp, "lockhot", mode, 2, "-t", "3s")
+    rec = tmp / f"lockhot-{GO}-{mode}.gmp"
+    out = tmp / f"lockhot-{GO}-{mode}-replay.json"
+    p = subprocess.run([*GM, "replay", str(rec), "--summary-json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-1000:]
+    replayed = json.loads(out.read_text())
+    assert replayed["findings"] == live["findings"]
+    assert replayed["latency_attribution"] == live["latency_attribution"]
 
 
 # ---------------------------------------------------------------- one per id

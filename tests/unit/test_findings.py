@@ -273,6 +273,22 @@ def test_locked_thread_blocking_hands_its_p_off() -> None:
     assert "syscall-handoff" not in by_id(s)
 
 
+def test_default_mode_hand_offs_outside_windows_split_like_those_seen_inside() -> None:
+    out = sleeper_events(seconds=3, mode="default")
+    for sec in range(3):
+        for k in range(100):  # 100 hand-offs a second; only those in a window show a cause
+            t = sec * 1e6 + k * 10 * MS + 4 * MS
+            if (t % 1e6) < 200 * MS:
+                out.append(ev(t, Kind.PARK, p=1, m=121, g=9, a0=CHANRECV))
+            out.append(ev(t + 50, Kind.HANDOFF, p=1, m=121))
+    s = run(out, mode="default")
+    f = by_id(s)["cgo-pinning"]
+    assert f.evidence["locked_handoffs"] == 300
+    assert "split like" in f.evidence["cause_note"]
+    assert f.evidence["sampled"] == ["locked_handoffs"]
+    assert "syscall-handoff" not in by_id(s)
+
+
 # ---------------------------------------------------------------- gc-stw-latency
 
 def test_gc_stw_explains_the_tail_latency() -> None:
