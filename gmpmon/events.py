@@ -125,6 +125,20 @@ CENSUS_SITE        a0 = creation site id into ``Batch.stacks`` (root first: the 
 CENSUS_END         a0 = goroutines walked, a1 = :class:`CensusCut` flags (0 = complete),
                    g = walk duration ns.
 =================  =============================================================================
+
+Kernel sources (60-79: ``probes/samples.bpf.c``, ``probes/tracepoints.bpf.c``):
+
+=================  =============================================================================
+CPU_SAMPLE         A perf-event (cpu-clock) sample of thread ``m``: ``g`` ran on P ``p`` (from
+                   R14, validated; NO_P/0 when not in Go). a0 = outcome (``SAMPLE_*``) |
+                   P status << 8 | Batch stack id << 32 (user stack, root first in
+                   ``Batch.stacks``; 0 = none), a1 = user pc (0 in kernel mode).
+SAMPLER_OFF        The perf sampler turned itself off: R14 validated in a0 of a1 user-mode
+                   samples (too few to trust any). Samples before it were never sent.
+=================  =============================================================================
+
+The tracepoint source sends only COUNTER deltas (tables ``Counter.M_*``, ``RUNQ_LAT``,
+``SYS_*``).
 """
 
 from __future__ import annotations
@@ -196,6 +210,8 @@ class Kind(IntEnum):
     CENSUS_WAIT = 52
     CENSUS_SITE = 53
     CENSUS_END = 54
+    CPU_SAMPLE = 60
+    SAMPLER_OFF = 61
     COST = 80  # the overhead budget (gmpmon.capture.hotctl), see below
     DROP = 81  # records dropped in user space (bounded queues), see below
     TRIGGER = 82  # a flight-recorder trigger fired (gmpmon.capture.triggers), see below
@@ -230,6 +246,30 @@ class Counter(IntEnum):
     PARK_COUNT = 5  # key = wait-reason index
     PARK_WAIT_NS = 6  # key = wait-reason index (park -> ready ns, added at ready)
     PROBE_HITS = 7  # key = probe id (capture-defined); for overhead accounting
+    # Kernel sources (gmpmon/capture/perfsample.py, tracepoints.py); M = OS thread id:
+    SAMPLES = 10  # key = SAMPLE_* outcome: perf samples of the target, exact
+    M_ONCPU_NS = 11  # key = tid: time on a CPU (sched_switch)
+    M_OFFCPU_NS = 12  # key = tid: time off CPU, runnable or blocked (sched_switch)
+    M_RUNQ_NS = 13  # key = tid: runnable -> on CPU (woken or preempted), kernel run queue
+    M_SWITCHES = 14  # key = what << 24 | tid: M_SW_* (runq waits, voluntary, involuntary)
+    RUNQ_LAT = 15  # key = lat_bucket(kernel run-queue delay ns), p = NO_P
+    SYS_COUNT = 16  # key = nr | tid << 10, p = P that made it (NO_P: none / not Go)
+    SYS_NS = 17  # key = nr | tid << 10, p = P: total duration ns (enter -> exit)
+    SYS_G_COUNT = 18  # key = goid (low 32 bits; 0 = g0/not Go)
+    SYS_G_NS = 19  # key = goid (low 32 bits)
+
+
+# CPU_SAMPLE outcomes (a0 & 0xff; probes/samples.bpf.c):
+SAMPLE_GO = 0  # user mode, R14 = m.curg: goroutine ``g`` ran on P ``p``
+SAMPLE_G0 = 1  # user mode, R14 = m.g0: runtime on the system stack (``g`` = m.curg or 0)
+SAMPLE_NOT_GO = 2  # user mode, R14 is not a g of this thread (cgo, assembly): no G, no P
+SAMPLE_KERNEL = 3  # kernel mode: G/P are this thread's last validated user-mode sample's
+# Stack ids of CPU_SAMPLE records start here (mutex stacks use small ids from 1).
+STACK_ID_BASE = 1 << 24
+# M_SWITCHES key kinds (key >> 24):
+M_SW_RUNQ = 0  # runnable -> on CPU transitions timed (the count behind M_RUNQ_NS)
+M_SW_VOLUNTARY = 1  # switched out blocked (sleep, futex, I/O)
+M_SW_INVOLUNTARY = 2  # switched out still runnable (preempted by the kernel)
 
 
 class RtHist(IntEnum):

@@ -10,10 +10,11 @@ from typing import Any
 
 from gmpmon.findings.render import attribution_json, findings_json
 from gmpmon.findings.render import text_lines as findings_text
+from gmpmon.kernelreport import kernel_summary, kernel_text
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
 from gmpmon.report_runtime import block_sources, census_summary, runtime_lines, runtime_summary
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 WIDTH = 80
 
 
@@ -143,6 +144,7 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
         "census": census_summary(snap.runtime.census if snap.runtime else None),
         "findings": findings_json(snap),  # gmpmon.findings, most severe first
         "latency_attribution": attribution_json(snap.latency_attribution),
+        **({"kernel": kernel_summary(snap.kernel, top=top)} if snap.kernel else {}),
     }
 
 
@@ -293,6 +295,8 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         add("Other blocking waits: " + ", ".join(
             f"{k} {c}x {fmt_ns(w)}" for k, c, w in sorted(others, key=lambda r: -r[2])))
     lines.extend(runtime_lines(snap.runtime, top=top))
+    if snap.kernel is not None:
+        lines += kernel_text(snap.kernel, fmt_ns, top=top)
     add("")
     lines.extend(findings_text(snap, width=WIDTH))
     return "\n".join(line.rstrip()[:WIDTH] for line in lines) + "\n"

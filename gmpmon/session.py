@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.capture import Capture
+from gmpmon.capture.kernelsources import DEFAULT_KERNEL
 from gmpmon.capture.pipeline import thin
 from gmpmon.capture.sampler import check_layout
 from gmpmon.capture.triggers import TriggerSpec
@@ -100,6 +101,7 @@ class LiveSession:
         gomaxprocs: int | None = None,
         before_exec: bool = False,
         census_s: float = 1.0,
+        kernel: tuple[str, ...] = DEFAULT_KERNEL,
     ) -> None:
         self.info = info
         self.pid = pid
@@ -107,6 +109,7 @@ class LiveSession:
             info, pid, mode=mode, window_ms=window_ms, period_ms=period_ms,
             defer_sampler=before_exec, census_s=census_s, budget_pct=budget_pct,
             triggers=triggers, burst_ms=burst_ms,
+            kernel=kernel,
         )
         self.header = make_header(
             info, pid, self.capture, gomaxprocs or read_gomaxprocs(info, pid)

@@ -145,6 +145,7 @@ def source_hash(name: str, version: str, mode: str) -> str:
     h.update(f"{version}\0{mode}\0{MODE_FLAGS[mode]}\0".encode())
     files = [TARGETS_SRC / "go.mod"]
     files += sorted((TARGETS_SRC / name).rglob("*.go"))
+    files += sorted((TARGETS_SRC / name).rglob("*.s"))  # assembly (cpuprof)
     files += sorted((TARGETS_SRC / "internal").rglob("*.go"))
     for f in files:
         h.update(str(f.relative_to(TARGETS_SRC)).encode() + b"\0")

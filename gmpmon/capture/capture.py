@@ -24,6 +24,7 @@ from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_pr
 from gmpmon.capture.budget import CostStatus
 from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
+from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
 from gmpmon.capture.pipeline import BatchQueue
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
@@ -70,6 +71,7 @@ class Capture:
         budget_pct: float = 1.0,
         triggers: Sequence[TriggerSpec] = (),
         burst_ms: float = 500.0,
+        kernel: tuple[str, ...] = DEFAULT_KERNEL,
     ) -> None:
         if mode not in MODES:
             raise CaptureError(f"unknown mode {mode!r}")
@@ -104,6 +106,7 @@ class Capture:
         self.flight = Flight(list(triggers), burst_ms) if triggers else None
         self._error: BaseException | None = None
         self.cgroup = CgroupCpuReader(pid)  # CGROUP_CPU events, every mode (findings)
+        self.kernel = KernelSources(info, pid, kernel)  # perf samples, raw tracepoints
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -112,6 +115,7 @@ class Capture:
         f = list(self.plan.features)
         if self.mode != "full":
             f.append("sample")
+        f += [f"kernel:{k}" for k in self.kernel.which]
         return tuple(f)
 
     def prepare(self) -> None:
@@ -129,6 +133,7 @@ class Capture:
         except BaseException:
             self.close()
             raise
+        self.kernel.start()
         if not self.defer_sampler:
             self.start_sampler()
 
@@ -190,6 +195,7 @@ class Capture:
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None
+        self.kernel.close()
 
     def get_batch(self, timeout: float | None = None) -> Batch | None:
         """The next Batch; None at the end of the stream. Raises queue.Empty on timeout."""
@@ -323,6 +329,7 @@ class Capture:
     def _read_ring(self) -> None:
         if self.ring is not None:
             self.stats.records += self.ring.read(self._pending)
+        self.stats.records += self.kernel.poll(self._pending)
 
     def _read_counters(self, now: int) -> None:
         assert self.prog is not None
@@ -332,6 +339,7 @@ class Capture:
         for probe, delta in self.prog.hit_deltas():
             ev.append((now, Kind.COUNTER, -1, 0, Counter.PROBE_HITS, probe, delta))
         self.cgroup.read(now, ev)
+        self.kernel.read_counters(now, ev)
         lost = self.prog.lost_delta()
         if lost:
             self.stats.lost += lost
@@ -355,6 +363,7 @@ class Capture:
         out = pend[:cut]
         del pend[:cut]
         stacks = self._fix_mutex_stacks(out)
+        stacks.update(self.kernel.take_stacks())
         if self.flight is not None:
             out += self.flight.check(out, self.hotctl.burst if self.hotctl else None)
         self._q.put(Batch(out, stacks))

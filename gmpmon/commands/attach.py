@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from gmpmon import priority
 from gmpmon.capture.capture import MODES, running
+from gmpmon.capture.kernelsources import DEFAULT_KERNEL, parse_kernel
 from gmpmon.capture.triggers import parse_trigger
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
 from gmpmon.files import check_output_path
@@ -71,8 +72,23 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump-dir", metavar="DIR",
                    help="write a recording per trigger here: the burst and the seconds "
                    "before it (open with `gmpmon replay`)")
+    p.add_argument(
+        "--kernel", type=_kernel_arg, default=DEFAULT_KERNEL, metavar="LIST",
+        help="kernel sources, comma-separated: samples (perf-event samples at 1 kHz/CPU: "
+        "which G runs on which P, CPU profile), sched (sched_switch/wakeup tracepoints: M "
+        "on-CPU time, kernel run-queue delay), syscalls (sys_enter/exit: syscalls per P/G/M; "
+        "opt-in, it costs every syscall), default, none (default: "
+        f"{','.join(DEFAULT_KERNEL)})",
+    )
     p.add_argument("--window-ms", type=int, default=200, help=argparse.SUPPRESS)
     p.add_argument("--period-ms", type=int, default=1000, help=argparse.SUPPRESS)
+
+
+def _kernel_arg(text: str) -> tuple[str, ...]:
+    try:
+        return parse_kernel(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def add_parser(sub: Any) -> None:
@@ -124,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
             budget_pct=args.budget, record=args.record, census_s=args.census_interval,
             triggers=args.trigger_specs, burst_ms=args.burst, dump_dir=args.dump_dir,
+            kernel=args.kernel,
         )
     with stop_signals() as stop, usr1_triggers(session):
         try:
@@ -217,6 +234,8 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
     if session.capture.runtime is not None:
         for line in session.capture.runtime.errors:
             print(f"gmpmon: {line}", file=sys.stderr)
+    for note in session.capture.kernel.notes:
+        print(f"gmpmon: {note}", file=sys.stderr)
     if session.capture.sampler_error and h.mode != "full":
         print(f"gmpmon: no sampler ({session.capture.sampler_error}); probes only",
               file=sys.stderr)

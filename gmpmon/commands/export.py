@@ -15,7 +15,8 @@ EPILOG = """\
 formats:
   folded    mutex-contention stacks "f1;f2;f3 N" (flamegraph.pl, inferno, speedscope);
             --what latency: scheduling latency as sched_latency;<wake reason>;P<n>
-  pprof     gzipped profile.proto like Go's mutex profile (go tool pprof -top OUT)
+  pprof     gzipped profile.proto like Go's mutex profile (go tool pprof -top OUT);
+            --what cpu: on-CPU profile from perf samples, labels goid and p (-tags)
   perfetto  Chrome trace-event JSON, one track per P (ui.perfetto.dev)
   json      the summary JSON (docs/summary-schema.md)
 
@@ -23,6 +24,7 @@ examples:
   gmpmon export s.gmp --format folded -o mutex.folded && flamegraph.pl mutex.folded > m.svg
   gmpmon export s.gmp --format folded --what latency --weight count -o lat.folded
   gmpmon export s.gmp --format pprof -o mutex.pb.gz && go tool pprof -top mutex.pb.gz
+  gmpmon export s.gmp --format pprof --what cpu -o cpu.pb.gz && go tool pprof -tags cpu.pb.gz
   gmpmon export s.gmp --format perfetto -o trace.json
   gmpmon export s.gmp --format json -o - | jq .sched_latency_ns.p99
 """
@@ -48,9 +50,10 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--what",
-        choices=("mutex", "latency"),
+        choices=("mutex", "latency", "cpu"),
         default="mutex",
-        help="folded: mutex-contention stacks (default) or scheduling latency",
+        help="folded: mutex-contention stacks (default) or scheduling latency; "
+        "pprof: mutex (default) or cpu (on-CPU profile from perf samples)",
     )
     p.set_defaults(func=run)
 
@@ -60,8 +63,12 @@ def run(args: argparse.Namespace) -> int:
     from gmpmon.record import read_recording
     from gmpmon.replay import stop_note
 
-    if args.format != "folded" and (args.what != "mutex" or args.weight != "wait"):
-        raise UsageError("--what and --weight apply to --format folded only")
+    if args.format == "pprof" and args.what in ("mutex", "cpu") and args.weight == "wait":
+        pass
+    elif args.format != "folded" and (args.what != "mutex" or args.weight != "wait"):
+        raise UsageError("--what applies to --format folded and pprof, --weight to folded only")
+    elif args.format == "folded" and args.what == "cpu":
+        raise UsageError("--what cpu applies to --format pprof only")
     to_stdout = args.output == "-"
     if not to_stdout:
         check_output_path(args.output)

@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
             budget_pct=args.budget, record=args.record, gomaxprocs=_gomaxprocs_for_child(),
             before_exec=True, census_s=args.census_interval,
             triggers=args.trigger_specs, burst_ms=args.burst, dump_dir=args.dump_dir,
+            kernel=args.kernel,
         )
         with stop_signals() as stop, usr1_triggers(session):
             try:

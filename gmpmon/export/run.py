@@ -16,6 +16,10 @@ def make_exporter(
         from gmpmon.export.folded import FoldedExporter
 
         return FoldedExporter(header, what=what, weight=weight)
+    if fmt == "pprof" and what == "cpu":
+        from gmpmon.export.pprof_cpu import PprofCpuExporter
+
+        return PprofCpuExporter(header)
     if fmt == "pprof":
         from gmpmon.export.pprof import PprofExporter
 

@@ -51,6 +51,7 @@ from gmpmon.findings import engine as findings_engine
 from gmpmon.findings.tracker import LONG_RUN_NS, FindingsTracker
 from gmpmon.model import hist as h
 from gmpmon.model.cost import CostTracker
+from gmpmon.model.kernel import KERNEL_TABLES, KernelPart
 from gmpmon.model.runtime import RuntimePart
 from gmpmon.model.snapshot import (
     LOCK_KIND_NAMES,
@@ -256,6 +257,7 @@ class Model:
         # Exporters that need every span (perfetto) get each closed span here.
         self.on_span = on_span
         self.stacks: dict[int, tuple[str, ...]] = {}
+        self.kernel = KernelPart(self.stacks)  # perf samples + tracepoints (model/kernel.py)
         self._pending: list[EventTuple] = []
         self._applied_ts = -1  # newest ts applied
         self._first_ts = -1
@@ -368,6 +370,8 @@ class Model:
             (Kind.COST, self.cost.on_cost),
             (Kind.DROP, self._on_drop),
             (Kind.TRIGGER, self.cost.on_trigger),
+            (Kind.CPU_SAMPLE, self.kernel.on_sample),
+            (Kind.SAMPLER_OFF, self.kernel.on_sampler_off),
         ):
             handlers[kind] = fn
         # Kinds only the hot (duty-cycled) probes emit. Between a WINDOW 0 and the next
@@ -863,6 +867,8 @@ class Model:
 
     def _on_counter(self, e: EventTuple) -> None:
         _ts, _, p, _m, table, key, delta = e
+        if table in KERNEL_TABLES:
+            return self.kernel.on_counter(e)
         self._counter_seen.add(table)
         if table == Counter.SCHED_LAT:
             if 0 <= key < LAT_BUCKETS:
@@ -1132,6 +1138,7 @@ class Model:
             },
             wait_stacks=tuple(wait_stacks),
             runtime=self.runtime.view(),
+            kernel=self.kernel.view(now),
             illegal_transitions=self.illegal,
             unseen_wakes=self.unseen_wakes,
             window_ns=self.window_ns,

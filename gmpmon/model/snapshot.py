@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 from gmpmon.findings.types import Attribution, CgroupCpu, Finding
 from gmpmon.model.cost import CostSummary
+from gmpmon.model.kernelview import KernelView
 
 
 class PState(IntEnum):
@@ -187,3 +188,5 @@ class Snapshot:
     findings: tuple[Finding, ...] = ()
     latency_attribution: Attribution | None = None
     cgroup_cpu: CgroupCpu | None = None  # the target's cgroup CPU quota and throttling
+    # Perf-event samples and kernel tracepoints (model/kernelview.py); None when neither ran.
+    kernel: KernelView | None = None

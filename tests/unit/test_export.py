@@ -19,6 +19,7 @@ from gmpmon.events import Batch, Header, Kind
 from gmpmon.export.folded import LINE_RE, FoldedExporter
 from gmpmon.export.run import export_recording, make_exporter
 from gmpmon.record import RecordingWriter, read_recording
+from gmpmon.report import SCHEMA_VERSION
 
 GO = Path("/opt/gmpmon-go/go1.27.3/bin/go")
 HDR = Header(
@@ -185,7 +186,7 @@ def test_perfetto_is_trace_event_json_with_one_track_per_p(recording: Path) -> N
 
 def test_json_export_is_the_summary(recording: Path) -> None:
     doc = json.loads(export(recording, "json"))
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == SCHEMA_VERSION
     assert doc["target"] == {
         "pid": 777,
         "exe": "/srv/bank",

@@ -1,0 +1,334 @@
+"""Model part of the kernel sources: CPU_SAMPLE records and the COUNTER tables 10-19.
+
+Pure and deterministic like the rest of the model: the same events give the same
+:class:`KernelView` live and on replay. The core model hands it every CPU_SAMPLE event and
+every COUNTER of a kernel table; ``view()`` builds the frozen answer.
+
+Samples (source "samples"): per P, consecutive samples of the same goroutine are merged into
+sampled spans (the per-P timeline) and into runs; a run of one G on one P whose first and last
+samples are LONG_RUN_NS or more apart, with no gap above GAP_NS between samples, is a
+long-running goroutine. Every sample also goes into the on-CPU profile, keyed by
+(stack, goid, P). Counters (source "tracepoints"): M times and switches, the kernel
+run-queue delay histogram, syscalls by (P, number, M) and by goroutine.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from gmpmon.events import (
+    M_SW_INVOLUNTARY,
+    M_SW_RUNQ,
+    M_SW_VOLUNTARY,
+    SAMPLE_G0,
+    SAMPLE_GO,
+    SAMPLE_KERNEL,
+    SAMPLE_NOT_GO,
+    Counter,
+    EventTuple,
+)
+from gmpmon.model import hist as h
+from gmpmon.model.kernelview import (
+    GoroutineCpu,
+    KernelView,
+    LongRun,
+    ProcSyscalls,
+    SampleStats,
+    SyscallStat,
+    ThreadView,
+)
+from gmpmon.model.snapshot import PState, Span
+from gmpmon.model.validation import validation_failure
+from gmpmon.syscalls import syscall_name
+
+SAMPLE_HZ = 999  # capture's default (gmpmon/capture/perfsample.py)
+LONG_RUN_NS = 10_000_000
+GAP_NS = 5_000_000  # a larger gap between two samples of a P ends its run and its span
+MAX_SPANS = 2048  # sampled spans kept per P
+MAX_PROFILE = 65536  # distinct profile keys; beyond, samples go to (0, 0, -1, SAMPLE_NOT_GO)
+MAX_GOROUTINES = 65536
+TOP_LONG_RUNS = 32
+TOP_GOROUTINES = 50
+TOP_SYSCALLS = 8
+KERNEL_TABLES = frozenset(range(10, 20))
+
+
+class _Run:
+    __slots__ = ("goid", "last", "n", "stacks", "start")
+
+    def __init__(self, goid: int, ts: int, sid: int) -> None:
+        self.goid = goid
+        self.start = ts
+        self.last = ts
+        self.n = 1
+        self.stacks: dict[int, int] = {sid: 1}
+
+
+class KernelPart:
+    def __init__(self, stacks: dict[int, tuple[str, ...]], hz: int = SAMPLE_HZ) -> None:
+        self.stacks = stacks  # the model's stack table (Batch.stacks accumulate there)
+        self.period_ns = 1_000_000_000 // max(hz, 1)
+        self.records = 0
+        self.by_outcome = [0, 0, 0, 0]  # from records
+        self.ctr_outcome: dict[int, int] = {}  # from COUNTER SAMPLES (exact)
+        self.off = ""
+        self._runs: dict[int, _Run] = {}  # P -> open run
+        self._spans: dict[int, deque[list[int]]] = {}  # P -> [start, end, goid]
+        self._long: list[tuple[int, int, LongRun]] = []  # min-heap (duration, seq, run)
+        self._seq = 0
+        self.long_total = 0
+        self.profile: dict[tuple[int, int, int, int], int] = {}  # (sid, goid, p, outcome)
+        self.by_p: dict[int, int] = {}
+        self.by_g: dict[int, list[int]] = {}  # goid -> [samples, set bits of Ps]
+        self.g_stacks: dict[int, dict[int, int]] = {}  # goid -> sid -> samples (bounded)
+        self.by_tid: dict[int, int] = {}
+        self.m: dict[int, list[int]] = {}  # tid -> [on, off, runq_ns, runq_n, vol, invol]
+        self.runq_hist = h.new_hist()
+        self.sys: dict[tuple[int, int, int], list[int]] = {}  # (p, nr, tid) -> [count, ns]
+        self.sys_g: dict[int, list[int]] = {}  # goid -> [count, ns]
+        self.seen_samples = False
+        self.seen_sched = False
+        self.seen_sys = False
+
+    # ------------------------------------------------------------------ input
+
+    def on_sample(self, e: EventTuple) -> None:
+        ts, _k, p, tid, goid, a0, _a1 = e
+        self.seen_samples = True
+        if self.off:
+            return
+        self.records += 1
+        outcome = a0 & 0xFF
+        if outcome < 4:
+            self.by_outcome[outcome] += 1
+        self.by_tid[tid] = self.by_tid.get(tid, 0) + 1
+        sid = a0 >> 32
+        if outcome == SAMPLE_NOT_GO:
+            p, goid = -1, 0
+        key = (sid, goid, p, outcome)
+        prof = self.profile
+        if key in prof:
+            prof[key] += 1
+        elif len(prof) < MAX_PROFILE:
+            prof[key] = 1
+        else:
+            other = (0, 0, -1, SAMPLE_NOT_GO)
+            prof[other] = prof.get(other, 0) + 1
+        if p < 0 or outcome == SAMPLE_NOT_GO:
+            return
+        self.by_p[p] = self.by_p.get(p, 0) + 1
+        if goid:
+            g = self.by_g.get(goid)
+            if g is None:
+                if len(self.by_g) >= MAX_GOROUTINES:
+                    return
+                g = self.by_g[goid] = [0, 0]
+                self.g_stacks[goid] = {}
+            g[0] += 1
+            if p < 63:
+                g[1] |= 1 << p
+            gs = self.g_stacks[goid]
+            if sid in gs or len(gs) < 64:
+                gs[sid] = gs.get(sid, 0) + 1
+        self._track(p, goid, ts, sid)
+
+    def _track(self, p: int, goid: int, ts: int, sid: int) -> None:
+        spans = self._spans.get(p)
+        if spans is None:
+            spans = self._spans[p] = deque(maxlen=MAX_SPANS)
+        last = spans[-1] if spans else None
+        if last is not None and last[2] == goid and ts - last[1] + self.period_ns <= GAP_NS:
+            last[1] = ts + self.period_ns
+        else:
+            spans.append([ts, ts + self.period_ns, goid])
+        run = self._runs.get(p)
+        if run is not None and run.goid == goid and goid and ts - run.last <= GAP_NS:
+            run.last = ts
+            run.n += 1
+            run.stacks[sid] = run.stacks.get(sid, 0) + 1
+            return
+        if run is not None:
+            self._close(p, run)
+        if goid:
+            self._runs[p] = _Run(goid, ts, sid)
+        else:
+            self._runs.pop(p, None)
+
+    def _close(self, p: int, run: _Run) -> None:
+        if run.last - run.start < LONG_RUN_NS:
+            return
+        self.long_total += 1
+        lr = self._long_run(p, run, ongoing=False)
+        self._seq += 1
+        item = (lr.duration_ns, self._seq, lr)
+        if len(self._long) < TOP_LONG_RUNS:
+            heapq.heappush(self._long, item)
+        elif item[0] > self._long[0][0]:
+            heapq.heapreplace(self._long, item)
+
+    def _long_run(self, p: int, run: _Run, ongoing: bool) -> LongRun:
+        sid = max(run.stacks.items(), key=lambda kv: (kv[1], -kv[0]))[0]
+        stack = self.stacks.get(sid, ())
+        return LongRun(run.goid, p, run.start, run.last, run.n, user_function(stack), stack,
+                       ongoing)
+
+    def on_sampler_off(self, e: EventTuple) -> None:
+        self.seen_samples = True
+        self.off = validation_failure(e[5], e[6]) or (
+            f"perf samples off: R14 validated in {e[5]} of {e[6]} user-mode samples")
+        # What the samples said before the verdict is not believed either, and the source
+        # sends nothing after it.
+        for d in (self.profile, self.by_p, self.by_g, self.g_stacks, self._runs,
+                  self._spans, self.by_tid):
+            d.clear()
+        self._long.clear()
+        self.long_total = 0
+
+
+    def on_counter(self, e: EventTuple) -> None:
+        _ts, _k, p, _m, table, key, delta = e
+        if table == Counter.SAMPLES:
+            self.seen_samples = True
+            self.ctr_outcome[key] = self.ctr_outcome.get(key, 0) + delta
+        elif Counter.M_ONCPU_NS <= table <= Counter.M_SWITCHES:
+            self.seen_sched = True
+            if table == Counter.M_SWITCHES:
+                tid, what = key & 0xFFFFFF, key >> 24
+                slot = {M_SW_RUNQ: 3, M_SW_VOLUNTARY: 4, M_SW_INVOLUNTARY: 5}.get(what)
+            else:
+                tid = key
+                slot = table - Counter.M_ONCPU_NS  # 0 on, 1 off, 2 runq ns
+            if slot is not None:
+                m = self.m.get(tid)
+                if m is None:
+                    m = self.m[tid] = [0] * 6
+                m[slot] += delta
+        elif table == Counter.RUNQ_LAT:
+            self.seen_sched = True
+            if 0 <= key < len(self.runq_hist):
+                self.runq_hist[key] += delta
+        elif table in (Counter.SYS_COUNT, Counter.SYS_NS):
+            self.seen_sys = True
+            k = (p, key & 0x3FF, key >> 10)
+            s = self.sys.get(k)
+            if s is None:
+                s = self.sys[k] = [0, 0]
+            s[table - Counter.SYS_COUNT] += delta
+        elif table in (Counter.SYS_G_COUNT, Counter.SYS_G_NS):
+            self.seen_sys = True
+            s = self.sys_g.get(key)
+            if s is None:
+                s = self.sys_g[key] = [0, 0]
+            s[table - Counter.SYS_G_COUNT] += delta
+
+    # ------------------------------------------------------------------ output
+
+    def view(self, now: int) -> KernelView | None:
+        if not (self.seen_samples or self.seen_sched or self.seen_sys):
+            return None
+        sources: dict[str, str] = {}
+        kw: dict[str, object] = {}
+        if self.seen_samples:
+            sources.update(dict.fromkeys(
+                ("samples", "timeline", "cpu_by_p", "cpu_by_goroutine", "long_running",
+                 "profile"), "samples"))
+            kw.update(self._sample_view(now))
+        threads: dict[int, dict[str, int]] = {}
+        for tid, n in self.by_tid.items():
+            threads.setdefault(tid, {})["samples"] = n
+        if self.seen_sched:
+            sources.update(runq_latency="tracepoints", threads="tracepoints")
+            for tid, (on, off, rq, rqn, vol, inv) in self.m.items():
+                threads.setdefault(tid, {}).update(
+                    oncpu_ns=on, offcpu_ns=off, runq_ns=rq, runq_waits=rqn,
+                    voluntary=vol, involuntary=inv)
+            kw["runq_latency"] = h.stats(self.runq_hist)
+        elif self.seen_samples:
+            sources["threads"] = "samples"
+        if self.seen_sys:
+            sources["syscalls"] = "tracepoints"
+            kw.update(self._sys_view(threads))
+        kw["threads"] = tuple(ThreadView(tid, **threads[tid]) for tid in sorted(threads))
+        return KernelView(sources=sources, **kw)  # type: ignore[arg-type]
+
+    def _sample_view(self, now: int) -> dict[str, object]:
+        c = self.ctr_outcome
+        total = sum(c.values()) if c else self.records
+        src = c if c else dict(enumerate(self.by_outcome))
+        stats = SampleStats(
+            total=total, go=src.get(SAMPLE_GO, 0), g0=src.get(SAMPLE_G0, 0),
+            not_go=src.get(SAMPLE_NOT_GO, 0), kernel=src.get(SAMPLE_KERNEL, 0),
+            records=self.records, period_ns=self.period_ns, off=self.off,
+        )
+        timeline = {
+            p: tuple(Span(s, min(e, max(now, s)), PState.RUNNING if g else PState.SEARCHING, g)
+                  for s, e, g in spans)
+            for p, spans in sorted(self._spans.items())
+        }
+        longs = [lr for _d, _s, lr in self._long]
+        longs += [self._long_run(p, r, ongoing=True) for p, r in self._runs.items()
+                  if r.last - r.start >= LONG_RUN_NS]
+        longs.sort(key=lambda r: (-r.duration_ns, r.start, r.p))
+        gs = sorted(self.by_g.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_GOROUTINES]
+        per_g = []
+        for goid, (n, pbits) in gs:
+            st = self.g_stacks.get(goid, {})
+            sid = max(st.items(), key=lambda kv: (kv[1], -kv[0]))[0] if st else 0
+            procs = tuple(i for i in range(63) if pbits >> i & 1)
+            per_g.append(GoroutineCpu(goid, n, n * self.period_ns,
+                                      user_function(self.stacks.get(sid, ())), procs))
+        return {
+            "samples": stats,
+            "timeline": timeline,
+            "cpu_by_p": dict(sorted(self.by_p.items())),
+            "cpu_by_goroutine": tuple(per_g),
+            "long_running": tuple(longs[:TOP_LONG_RUNS]),
+            "long_runs_total": self.long_total,
+            "profile": tuple(sorted((*k, n) for k, n in self.profile.items())),
+            "stacks": self.stacks,
+        }
+
+    def _sys_view(self, threads: dict[int, dict[str, int]]) -> dict[str, object]:
+        by_name: dict[int, list[int]] = {}
+        by_p: dict[int, dict[int, list[int]]] = {}
+        total = total_ns = 0
+        for (p, nr, tid), (n, ns) in self.sys.items():
+            total += n
+            total_ns += ns
+            a = by_name.setdefault(nr, [0, 0])
+            a[0] += n
+            a[1] += ns
+            b = by_p.setdefault(p, {}).setdefault(nr, [0, 0])
+            b[0] += n
+            b[1] += ns
+            t = threads.setdefault(tid, {})
+            t["syscalls"] = t.get("syscalls", 0) + n
+            t["syscall_ns"] = t.get("syscall_ns", 0) + ns
+
+        def top(d: dict[int, list[int]], k: int | None) -> tuple[SyscallStat, ...]:
+            rows = sorted(d.items(), key=lambda kv: (-kv[1][0], kv[0]))
+            return tuple(SyscallStat(syscall_name(nr), nr, n, ns) for nr, (n, ns) in rows[:k])
+
+        procs = tuple(
+            ProcSyscalls(p, sum(v[0] for v in d.values()), sum(v[1] for v in d.values()),
+                         top(d, TOP_SYSCALLS))
+            for p, d in sorted(by_p.items())
+        )
+        per_g = sorted(((g, n, ns) for g, (n, ns) in self.sys_g.items() if g),
+                       key=lambda r: (-r[1], r[0]))
+        return {
+            "syscalls": total,
+            "syscall_ns": total_ns,
+            "syscalls_by_name": top(by_name, None),
+            "syscalls_by_p": procs,
+            "syscalls_by_g": tuple(per_g[:TOP_GOROUTINES]),
+        }
+
+
+def user_function(stack: tuple[str, ...]) -> str:
+    """The deepest frame that is not the runtime's (the leaf itself when all are)."""
+    for name in reversed(stack):
+        if not name.startswith(("runtime.", "[")):
+            return name
+    return stack[-1] if stack else "[unknown]"

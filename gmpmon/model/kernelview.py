@@ -1,0 +1,109 @@
+"""What the kernel sources tell (perf-event samples, raw tracepoints), as plain frozen data.
+
+``Snapshot.kernel`` holds one :class:`KernelView` (None when neither source ran). Every block
+names its source in ``KernelView.sources``: "samples" (1 kHz cpu-clock samples: statistical,
+a sample stands for ``SampleStats.period_ns`` of CPU) or "tracepoints" (exact counts and
+times from sched_switch/sched_wakeup and sys_enter/sys_exit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gmpmon.model.snapshot import LatencyStats, Span
+
+
+@dataclass(frozen=True, slots=True)
+class SampleStats:
+    total: int = 0  # samples of the target's threads (exact, from the kernel's counter)
+    go: int = 0  # user mode, a goroutine ran (R14 validated as m.curg)
+    g0: int = 0  # user mode, runtime on the system stack (R14 = m.g0)
+    not_go: int = 0  # user mode, R14 not a g of the thread (cgo, assembly)
+    kernel: int = 0  # kernel mode (G/P from the thread's last user-mode sample)
+    records: int = 0  # sample records seen (total minus the ring buffer's drops)
+    period_ns: int = 0  # CPU time one sample stands for (1e9 / sampling Hz)
+    off: str = ""  # why the sampler was turned off ("" = it was not)
+
+
+@dataclass(frozen=True, slots=True)
+class LongRun:
+    """The same goroutine on the same P across consecutive samples for ``duration_ns``."""
+
+    goid: int
+    p: int
+    start: int  # ts of the first sample
+    end: int  # ts of the last sample
+    samples: int
+    function: str  # the deepest non-runtime frame of its most frequent stack
+    stack: tuple[str, ...]  # that stack, root first
+    ongoing: bool = False  # still running at the snapshot
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class GoroutineCpu:
+    goid: int
+    samples: int
+    cpu_ns: int  # samples x period_ns
+    function: str  # where most of its samples were
+    procs: tuple[int, ...]  # Ps it was sampled on
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadView:
+    """One M (OS thread) of the target."""
+
+    tid: int
+    samples: int = 0  # source: samples
+    oncpu_ns: int = 0  # source: tracepoints (sched_switch)
+    offcpu_ns: int = 0
+    runq_ns: int = 0  # runnable, waiting for a CPU (kernel run queue)
+    runq_waits: int = 0
+    voluntary: int = 0  # switched out blocked
+    involuntary: int = 0  # switched out by the kernel while runnable
+    syscalls: int = 0  # source: tracepoints (sys_enter/exit)
+    syscall_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SyscallStat:
+    name: str
+    nr: int
+    count: int
+    ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcSyscalls:
+    p: int  # -1: made without a P (sysmon, an M that lost its P, not Go code)
+    count: int
+    ns: int
+    top: tuple[SyscallStat, ...]  # by count, at most TOP_SYSCALLS
+
+
+@dataclass(frozen=True, slots=True)
+class KernelView:
+    samples: SampleStats = field(default_factory=SampleStats)
+    # P -> spans of the goroutine seen running there, from consecutive samples ("sampled")
+    timeline: dict[int, tuple[Span, ...]] = field(default_factory=dict)
+    cpu_by_p: dict[int, int] = field(default_factory=dict)  # P -> samples (Go + g0 + kernel)
+    cpu_by_goroutine: tuple[GoroutineCpu, ...] = ()  # by samples desc, bounded
+    long_running: tuple[LongRun, ...] = ()  # by duration desc, bounded
+    long_runs_total: int = 0  # runs >= LONG_RUN_NS seen (closed ones)
+    # On-CPU profile: (Batch stack id, goid, P, SAMPLE_* outcome, samples); the ids' frames
+    # are in ``stacks`` (root first)
+    profile: tuple[tuple[int, int, int, int, int], ...] = ()
+    stacks: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    threads: tuple[ThreadView, ...] = ()  # by tid
+    runq_latency: LatencyStats | None = None  # kernel run-queue delay of Ms (tracepoints)
+    syscalls: int = 0
+    syscall_ns: int = 0
+    syscalls_by_name: tuple[SyscallStat, ...] = ()  # by count desc
+    syscalls_by_p: tuple[ProcSyscalls, ...] = ()  # by P id
+    syscalls_by_g: tuple[tuple[int, int, int], ...] = ()  # (goid, count, ns) by count desc
+    sources: dict[str, str] = field(default_factory=dict)  # block -> "samples"|"tracepoints"
