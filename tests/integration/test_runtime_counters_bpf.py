@@ -50,9 +50,10 @@ def test_schedtick_deltas_match_full_mode_executes(tmp_path: Path, version: str)
                 break
         else:
             pytest.fail(f"gmpmon did not attach: {gm.stderr.read() if gm.stderr else ''}")
-        target.stdin.write("phase 1.5\n")
+        # Light on events (full mode's pipeline must not drop any), rich in fresh slices.
+        target.stdin.write("gosched 1.5\n")
         target.stdin.flush()
-        while not target.stdout.readline().startswith("phase "):
+        while not target.stdout.readline().startswith("gosched "):
             pass
         # The target is quiet now: let the model catch up, so that stopping cuts nothing
         # (a full-mode backlog still queued at the stop is dropped and counted).
@@ -82,9 +83,7 @@ def test_schedtick_deltas_match_full_mode_executes(tmp_path: Path, version: str)
         elif e[1] == Kind.RT_PTICK and e[0] <= t1:
             ticks[e[2]] = ticks.get(e[2], 0) + e[5]
     assert sorted(ticks) == [0, 1]
-    # Full mode slows the phase down a lot (and most executes inherit their time slice):
-    # a hundred or so fresh slices is what the phase gets, which is enough to be exact.
-    assert sum(executes.values()) >= 100, (executes, ticks)
+    assert sum(executes.values()) >= 1000, (executes, ticks)
     for p in (0, 1):
-        assert executes.get(p, 0) >= 10, (executes, ticks)
+        assert executes.get(p, 0) >= 100, (executes, ticks)
         assert abs(ticks[p] - executes[p]) <= 0.02 * executes[p], (p, ticks, executes)

@@ -8,6 +8,8 @@
 //	count      print "count N" with runtime.NumGoroutine() (a quiet moment: nothing runs)
 //	phase S    run S seconds of scheduling, mutex contention and GCs; print "phase {json}"
 //	           with the runtime/metrics deltas over the phase (histograms as bucket deltas)
+//	gosched S  S seconds of 4 goroutines that burn 200 µs and call runtime.Gosched (each
+//	           a fresh time slice from the global queue: one schedtick); print "gosched N"
 //	quit       exit
 package main
 
@@ -172,6 +174,27 @@ func phase(d time.Duration) {
 	wg.Wait()
 }
 
+func gosched(d time.Duration) int64 {
+	var n int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				t := time.Now()
+				for time.Since(t) < 200*time.Microsecond {
+				}
+				atomic.AddInt64(&n, 1)
+				runtime.Gosched()
+			}
+		}()
+	}
+	wg.Wait()
+	return atomic.LoadInt64(&n)
+}
+
 func main() {
 	nchan := flag.Int("chan", 300, "goroutines parked on a channel receive")
 	nsleep := flag.Int("sleep", 200, "goroutines parked in time.Sleep")
@@ -203,6 +226,9 @@ func main() {
 			after := read()
 			js, _ := json.Marshal(delta(before, after))
 			fmt.Println("phase", string(js))
+		case "gosched":
+			secs, _ := strconv.ParseFloat(f[1], 64)
+			fmt.Println("gosched", gosched(time.Duration(secs*float64(time.Second))))
 		case "quit":
 			return
 		}
