@@ -32,7 +32,7 @@ from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
 from gmpmon.capture.triggers import Flight, TriggerSpec
 from gmpmon.errors import CaptureError
-from gmpmon.events import Batch, Counter, EventTuple, Kind
+from gmpmon.events import Batch, Counter, EventTuple, Kind, Stage
 
 MODES = ("sample", "default", "full")
 POLL_S = 0.010
@@ -42,6 +42,7 @@ COUNTER_NS = 100_000_000
 # is released once it is this much older than the newest poll.
 REORDER_NS = 3_000_000
 U64 = (1 << 64) - 1
+CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
 _MUTEX = int(Kind.MUTEX)
 
 
@@ -293,6 +294,11 @@ class Capture:
             self.prog.detach("hot")
             self._hot_on = False
         self.prog.detach("cold")
+        if self._stop.is_set() and self.ring is not None and self.ring.backlog() > CUT_BACKLOG:
+            # --duration / Ctrl-C: a full ring is not decoded after the end, only counted.
+            n = self.ring.skip()
+            self._pending.append((time.monotonic_ns(), Kind.DROP, -1, 0, 0, n,
+                                  int(Stage.CUT_AT_END)))
         self._read_ring()
         now = time.monotonic_ns()
         self._read_counters(now)

