@@ -11,6 +11,7 @@ from typing import Any
 from gmpmon.findings.render import attribution_json, findings_json
 from gmpmon.findings.render import text_lines as findings_text
 from gmpmon.kernelreport import kernel_summary, kernel_text
+from gmpmon.model.hist import upper_edge
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
 from gmpmon.report_runtime import block_sources, census_summary, runtime_lines, runtime_summary
 
@@ -152,11 +153,11 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
 
 
 def fmt_ns(ns: float) -> str:
-    """Short human duration: 950ns, 12.3us, 4.5ms, 1.20s."""
+    """Short human duration: 950ns, 12.3µs, 4.5ms, 1.20s."""
     if ns < 1_000:
         return f"{int(ns)}ns"
     if ns < 1_000_000:
-        return f"{ns / 1e3:.1f}us"
+        return f"{ns / 1e3:.1f}µs"  # as in the TUI; say() falls back to "us" where needed
     if ns < 1_000_000_000:
         return f"{ns / 1e6:.1f}ms"
     return f"{ns / 1e9:.2f}s"
@@ -171,7 +172,29 @@ def _fit(s: str, width: int) -> str:
 
 
 def _frame(name: str) -> str:
-    return name.rsplit("/", 1)[-1]
+    # Full import paths, as the TUI and the folded/pprof exports name them (net/http, not http).
+    return name
+
+
+def _hot_note(snap: Snapshot) -> str:
+    """What the hot-probe numbers cover when they are not totals (see docs/tui.md)."""
+    if snap.window == "windows":
+        dur = max(snap.now - snap.start, 1)
+        return f"counted in {100 * snap.windows_covered_ns / dur:.0f}% of the time, not totals"
+    if snap.window == "sampled":
+        return "not measured in sample mode: no hot probes"
+    return ""
+
+
+def _n(n: int, snap: Snapshot) -> str:
+    """A hot-probe count: '-' when not measured (sample mode), never 0."""
+    return "-" if snap.window == "sampled" else str(n)
+
+
+def _q(ns: int, ls: LatencyStats) -> str:
+    """A percentile from histogram buckets, no more precise than it is: <next edge."""
+    edge = upper_edge(ns) if ls.count else None
+    return f"<{fmt_ns(edge)}" if edge is not None else fmt_ns(ns)
 
 
 def latency_bars(ls: LatencyStats, width: int = WIDTH) -> list[str]:
@@ -224,13 +247,13 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
             f"P{p.id:<3} {PState(p.state).name.lower():<9} {_pct(p.running_ns, tot):>7} "
             f"{_pct(p.spinning_ns, tot):>7} {_pct(p.idle_ns, tot):>7} "
             f"{_pct(p.syscall_ns, tot):>7} {p.executes:>7} {p.steals_in:>6} "
-            f"{p.steals_out:>6} {fmt_ns(p.latency.p99):>8}"
+            f"{p.steals_out:>6} {_q(p.latency.p99, p.latency):>8}"
         )
     add("")
     ls = snap.sched_latency
     add(f"Scheduling latency (runnable -> running): {ls.count} samples")
     add(
-        f"  p50 {fmt_ns(ls.p50)}  p90 {fmt_ns(ls.p90)}  p99 {fmt_ns(ls.p99)}  "
+        f"  p50 {_q(ls.p50, ls)}  p90 {_q(ls.p90, ls)}  p99 {_q(ls.p99, ls)}  "
         f"max {fmt_ns(ls.max)}  avg {fmt_ns(ls.sum / ls.count) if ls.count else '-'}"
     )
     lines.extend(latency_bars(ls))
@@ -240,12 +263,15 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         ranked = sorted(snap.latency_by_reason.items(), key=lambda kv: (-kv[1].count, kv[0]))
         for name, rl in ranked[:top]:
             add(
-                f"{_fit(name, 28):<28} {rl.count:>9} {fmt_ns(rl.p50):>9} "
-                f"{fmt_ns(rl.p99):>9} {fmt_ns(rl.max):>9}"
+                f"{_fit(name, 28):<28} {rl.count:>9} {_q(rl.p50, rl):>9} "
+                f"{_q(rl.p99, rl):>9} {_q(rl.max, rl):>9}"
             )
     add("")
+    hot = _hot_note(snap)
     add(f"{'Top park reasons':<34} {'count':>10} {'total wait':>12} {'avg wait':>10}")
-    if not snap.park_reasons:
+    if hot:
+        add(f"  ({hot})")
+    elif not snap.park_reasons:
         add("  (none)")
     for r in snap.park_reasons[:top]:
         avg = fmt_ns(r.wait_ns / r.count) if r.count else "-"
@@ -268,18 +294,20 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
     elif ids:
         add(f"  ({len(ids)} Ps: matrix omitted, see --summary-json)")
     add("")
+    if hot:
+        add(f"  (work stealing, syscalls, preemptions done, goroutines: {hot})")
     add(
-        f"Syscalls {snap.syscalls} (blocking {snap.syscalls_blocking}), "
+        f"Syscalls {_n(snap.syscalls, snap)} (blocking {snap.syscalls_blocking}), "
         f"handoffs {snap.handoffs}; preemptions requested {snap.preempt_requested}, "
-        f"done {snap.preempted}"[:WIDTH]
+        f"done {_n(snap.preempted, snap)}"[:WIDTH]
     )
     add(
         f"GC stop-the-world: {snap.stw_count} pauses, total {fmt_ns(snap.stw_total_ns)}, "
         f"max {fmt_ns(snap.stw_max_ns)}"
     )
     add(
-        f"Goroutines: {snap.goroutines_created} created, {snap.goroutines_exited} exited, "
-        f"{snap.goroutines_live} live (seen)"
+        f"Goroutines: {_n(snap.goroutines_created, snap)} created, "
+        f"{_n(snap.goroutines_exited, snap)} exited, {_n(snap.goroutines_live, snap)} live (seen)"
     )
     add("")
     add(f"Mutex contention: {snap.mutex_contentions} waits, {fmt_ns(snap.mutex_wait_ns)} total")
@@ -351,5 +379,5 @@ def _interval_p99(cur: LatencyStats, prev: LatencyStats | None) -> str:
     for lo, n in delta:
         acc += n
         if acc >= rank:
-            return fmt_ns(lo)
+            return _q(lo, cur)
     return "-"

@@ -26,10 +26,12 @@ from textual.widgets import Footer, TabbedContent, TabPane
 from gmpmon.export.folded import FoldedExporter
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.source import RecordingControl, SeekControl, SnapshotSource
+from gmpmon.tui.history import GHistory
 from gmpmon.tui.messages import SnapshotReady, SourceFailed
 from gmpmon.tui.render import NS_PER_S
 from gmpmon.tui.widgets.contention import ContentionView
 from gmpmon.tui.widgets.findings import FindingsView
+from gmpmon.tui.widgets.details import FilterScreen
 from gmpmon.tui.widgets.goroutines import GoroutinesView
 from gmpmon.tui.widgets.help import HelpScreen
 from gmpmon.tui.widgets.procs import ProcsView
@@ -77,6 +79,7 @@ class GmpmonApp(App[None]):
         Binding("plus,equals_sign", "zoom(-1)", "Zoom", key_display="+-"),
         Binding("minus", "zoom(1)", "Zoom out", show=False),
         Binding("o", "toggle_order", "Order", show=False),
+        Binding("slash", "filter", "Filter", key_display="/"),
         Binding("left", f"step({-STEP_NS})", "Step", priority=True, key_display="←→"),
         Binding("right", f"step({STEP_NS})", "Step", show=False, priority=True),
         Binding("shift+left", f"step({-10 * STEP_NS})", "Step 1s", show=False, priority=True),
@@ -105,6 +108,8 @@ class GmpmonApp(App[None]):
             source if source.live and isinstance(source, RecordingControl) else None
         )
         self.source_closed = False
+        self.history = GHistory()  # states seen per goroutine, for its details screen
+        self.filter_text = ""  # `/`: applies to the Goroutines table and the stacks
         self.close_error: Exception | None = None
         self._stop = threading.Event()
         self._failed = False
@@ -200,6 +205,8 @@ class GmpmonApp(App[None]):
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         self.query_one(StatusHeader).snapshot = snap
         if snap is not None:
+            self.history.feed(snap)
+        if snap is not None:
             self._active_view().snapshot = snap
 
     def watch_paused(self, paused: bool) -> None:
@@ -239,6 +246,8 @@ class GmpmonApp(App[None]):
             return self.paused == (action == "resume")
         if action in ("zoom", "toggle_order"):
             return self.query_one(TabbedContent).active == "procs"
+        if action == "filter":
+            return self.query_one(TabbedContent).active in ("goroutines", "contention")
         return True
 
     def action_view(self, name: str) -> None:
@@ -277,6 +286,16 @@ class GmpmonApp(App[None]):
         src.speed = SPEEDS[i]
         self.notify(f"replay speed x{src.speed:g}", timeout=2)
         self._deliver(self._poll_once())
+
+    def action_filter(self) -> None:
+        def apply(text: str | None) -> None:
+            if text is None:
+                return
+            self.filter_text = text
+            self.query_one(GoroutinesView).set_filter(text)
+            self.query_one(ContentionView).set_filter(text)
+
+        self.push_screen(FilterScreen(self.filter_text), apply)
 
     def action_zoom(self, delta: int) -> None:
         self.query_one(ProcsView).zoom(int(delta))

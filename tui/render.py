@@ -40,7 +40,7 @@ STATE_WORD: dict[PState, str] = {
     PState.GCSTOP: "GC stop",
 }
 GSTATE_WORD: dict[GState, str] = {
-    GState.UNKNOWN: "?",
+    GState.UNKNOWN: "unknown",
     GState.RUNNABLE: "runnable",
     GState.RUNNING: "running",
     GState.WAITING: "waiting",
@@ -306,7 +306,7 @@ _EDGES: tuple[int, ...] = tuple(sorted(set(BUCKET_LO)))
 _EDGE_SET = frozenset(_EDGES)
 
 
-def fmt_q(value: int, stats: LatencyStats) -> str:
+def fmt_q(value: int, stats: LatencyStats, edges: Sequence[int] | None = None) -> str:
     """A percentile (or a max) of a histogram, no more precise than it is.
 
     The model's percentiles are the lower edge of the histogram bucket holding the rank, so
@@ -316,10 +316,11 @@ def fmt_q(value: int, stats: LatencyStats) -> str:
     """
     if stats.count == 0:
         return "-"
-    if value in _EDGE_SET and value >= 8:
-        i = bisect_right(_EDGES, value)
-        if i < len(_EDGES):
-            return "<" + fmt_ns(_EDGES[i])
+    grid = _EDGES if edges is None else edges
+    if value >= 8 and (value in _EDGE_SET if edges is None else value in edges):
+        i = bisect_right(grid, value)
+        if i < len(grid):
+            return "<" + fmt_ns(grid[i])
     return fmt_ns(value)
 
 

@@ -8,6 +8,8 @@ error at most, identical live and on replay.
 
 from __future__ import annotations
 
+import bisect
+
 from gmpmon.events import LAT_BUCKETS, LAT_SUB, lat_bucket_lo
 from gmpmon.model.snapshot import LatencyStats
 
@@ -67,3 +69,17 @@ def stats(
         sum=total,
         histogram=tuple((BUCKET_LO[i], n) for i, n in enumerate(hist) if n),
     )
+
+
+_EDGES: tuple[int, ...] = tuple(sorted(set(BUCKET_LO)))
+
+
+def upper_edge(value: int) -> int | None:
+    """When ``value`` is a bucket's lower edge (a percentile as this module computes it), the
+    next edge: the true value lies below it. None for a value that is not an edge (measured)."""
+    if value < 8:
+        return None
+    i = bisect.bisect_left(_EDGES, value)
+    if i < len(_EDGES) - 1 and _EDGES[i] == value:
+        return _EDGES[i + 1]
+    return None

@@ -43,6 +43,7 @@ async def test_default_mode_numbers_say_how_much_of_the_time_they_cover() -> Non
     share = f"{100 * cov.fraction:.0f}%"
     app = make_app(src)
     async with app.run_test(size=(100, 60)) as pilot:
+        await pilot.pause()
         assert f"hot probes {share} of the time" in screen_text(app)
         assert "[windows]" not in screen_text(app)
         await pilot.press("2")
@@ -61,6 +62,7 @@ async def test_sample_mode_shows_a_dash_and_says_what_it_does_not_measure() -> N
     src = replay("demo-sample", 0.9)
     app = make_app(src)
     async with app.run_test(size=(80, 50)) as pilot:
+        await pilot.pause()
         assert "goroutines –" in screen_text(app)
         assert re.search(r"\s–/–\s", screen_text(app))  # per-P steals
         await pilot.press("2")
@@ -77,6 +79,7 @@ async def test_sample_mode_shows_a_dash_and_says_what_it_does_not_measure() -> N
 async def test_scheduling_view_scrolls_with_the_keyboard_at_80x24() -> None:
     app = make_app(replay("demo-default", 1.0))
     async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
         await pilot.press("2")
         await pilot.pause()
         view = app.query_one(SchedView)
@@ -102,6 +105,7 @@ async def test_scheduling_view_scrolls_with_the_keyboard_at_80x24() -> None:
 async def test_live_home_and_end_scroll_since_they_do_not_seek(live_source: ListSource) -> None:
     app = make_app(live_source)
     async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
         await pilot.press("2")
         await pilot.pause()
         view = app.query_one(SchedView)
@@ -130,7 +134,8 @@ def test_every_state_has_its_own_glyph_whatever_the_colour() -> None:
 
 async def test_legend_says_what_a_blank_cell_means() -> None:
     app = make_app(replay("syscall", 0.7))
-    async with app.run_test(size=(80, 24)):
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
         text = screen_text(app)
         assert "blank: not observed" in text
         assert "▓" in text or "▒" in text or "░" in text  # syscall time on P1
@@ -140,6 +145,7 @@ async def test_legend_says_what_a_blank_cell_means() -> None:
 async def test_timeline_shows_time_per_cell_and_zooms() -> None:
     app = make_app(replay("fanout", 1.0))
     async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
         table = app.query_one(ProcTable)
         auto = table.cell_ns
         assert re.search(r"\S+/cell, last \S+", screen_text(app))
@@ -158,6 +164,7 @@ async def test_timeline_shows_time_per_cell_and_zooms() -> None:
 async def test_no_illegal_transitions_on_the_scheduling_view_and_one_word_for_spinning() -> None:
     app = make_app(replay("fanout", 1.0))
     async with app.run_test(size=(100, 60)) as pilot:
+        await pilot.pause()
         assert "spinning Ms" in screen_text(app) and "searching" not in screen_text(app)
         await pilot.press("2")
         await pilot.pause()
@@ -175,6 +182,7 @@ async def test_percentiles_are_marked_as_bucket_bounds() -> None:
     assert snap is not None and snap.sched_latency.count
     app = make_app(src)
     async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
         await pilot.press("2")
         await pilot.pause()
         line = next(ln for ln in screen_text(app).splitlines() if "p99" in ln and "n=" in ln)
@@ -190,6 +198,7 @@ async def test_replay_has_one_clock_keeps_last_states_and_answers_every_key() ->
     assert all(p.state is PState.UNKNOWN for p in snap.procs)  # the model's view at the end
     app = make_app(src)
     async with app.run_test(size=(120, 24)) as pilot:
+        await pilot.pause()
         header = str(app.query_one(StatusHeader).render())
         assert "replay " in header and " up " not in f" {header}"
         rows = proc_rows(screen_text(app))
@@ -214,17 +223,18 @@ async def test_a_step_refreshes_the_goroutines_table() -> None:
     src = replay("spawn", 0.3)
     app = make_app(src)
     async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
         await pilot.press("4")
         await pilot.pause()
         from textual.widgets import DataTable
 
         table = app.query_one(DataTable)
-        before = {table.get_row_at(i)[0] for i in range(table.row_count)}
+        before = {str(table.get_row_at(i)[0]) for i in range(table.row_count)}
         await pilot.press("right", "right", "right")
         await pilot.pause()
         snap = src.latest()
         assert snap is not None
-        after = {table.get_row_at(i)[0] for i in range(table.row_count)}
+        after = {str(table.get_row_at(i)[0]) for i in range(table.row_count)}
         assert after == {str(g.goid) for g in snap.goroutines}
         assert after != before
 
@@ -233,6 +243,7 @@ async def test_a_step_refreshes_the_goroutines_table() -> None:
 async def test_footer_says_resume_while_paused(live_source: ListSource) -> None:
     app = make_app(live_source)
     async with app.run_test(size=(100, 24)) as pilot:
+        await pilot.pause()
         assert active_bindings(app).get("p") == "Pause"
         await pilot.press("p")
         await pilot.pause()
@@ -248,6 +259,7 @@ async def test_footer_says_resume_while_paused(live_source: ListSource) -> None:
 async def test_o_toggles_busy_first_and_id_order_with_64_ps() -> None:
     app = make_app(replay("wide64", 0.7))
     async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
         table = app.query_one(ProcTable)
 
         def ids() -> list[int]:
@@ -265,3 +277,118 @@ async def test_o_toggles_busy_first_and_id_order_with_64_ps() -> None:
         await pilot.press("o")
         await pilot.pause()
         assert ids() == busy
+
+
+def g_rows(app: GmpmonApp) -> list[list[str]]:
+    from textual.widgets import DataTable
+
+    table = app.query_one("#g-table", DataTable)
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+# 4. the Goroutines table: states with a meaning, no stale wait reasons, true help, details
+async def test_goroutines_table_states_dead_rows_and_in_state() -> None:
+    from gmpmon.tui.render import GSTATE_WORD
+    from gmpmon.tui.widgets.help import VIEWS
+
+    src = replay("demo-runtime", 1.0)
+    snap = src.latest()
+    assert snap is not None
+    app = make_app(src)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("4")
+        await pilot.pause()
+        rows = g_rows(app)
+        assert rows
+        states = {r[1] for r in rows}
+        assert states <= set(GSTATE_WORD.values()) and "?" not in states
+        # the summary counts use the same words as the rows
+        assert all(k in GSTATE_WORD.values() for k in snap.g_state_counts)
+        dead = [r for r in rows if r[1] == "dead"]
+        assert dead and all(r[3] == "" for r in dead)
+        unknown = [r for r in rows if r[1] == "unknown"]
+        assert all(r[5] == "–" for r in unknown)
+        # a goroutine seen since the first event says "at least" (it started before)
+        old = [g for g in snap.goroutines if g.state not in (0,) and g.since <= snap.start]
+        for g in old:
+            row = next(r for r in rows if r[0] == str(g.goid))
+            assert row[5].startswith(">"), row
+        # the help says the order the table uses
+        assert "longest total wait first" in VIEWS and "newest first" not in VIEWS
+        assert "wait time ↓" in screen_text(app)
+
+
+async def test_enter_opens_a_goroutines_details() -> None:
+    from gmpmon.tui.widgets.details import DetailScreen
+
+    app = make_app(replay("spawn", 0.5))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("4")
+        await pilot.pause()
+        first = g_rows(app)[0]
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        text = screen_text(app)
+        assert f"goroutine G{first[0]}" in text and "created by" in text
+        assert "history" in text and first[1] in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, DetailScreen)
+
+
+# 10. a stack cut at the terminal's width is shown whole on enter
+async def test_enter_in_contention_shows_every_stack_in_full(live_source: ListSource) -> None:
+    from gmpmon.tui.widgets.details import DetailScreen
+
+    snap = live_source.latest()
+    assert snap is not None and len(snap.mutex_stacks) >= 2
+    app = make_app(live_source)
+    async with app.run_test(size=(80, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("3")
+        await pilot.pause()
+        assert re.search(r"^ *│? *1 +\S+", screen_text(app), re.M)  # rows are numbered
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        text = screen_text(app)
+        for i in range(1, len(snap.mutex_stacks) + 1):
+            assert f"#{i} " in text
+        for frame in snap.mutex_stacks[0].stack:
+            assert frame in text  # every frame, full name, lock frames included
+
+
+# 14. `/` filters goroutines and stacks
+async def test_slash_filters_goroutines_and_stacks(live_source: ListSource) -> None:
+    snap = live_source.latest()
+    assert snap is not None
+    app = make_app(live_source)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("4")
+        await pilot.pause()
+        everything = len(g_rows(app))
+        await pilot.press("slash", *"sleep", "enter")
+        await pilot.pause()
+        rows = g_rows(app)
+        want = [g for g in snap.goroutines if "sleep" in g.wait_reason]
+        assert 0 < len(rows) == len(want) < everything
+        assert all(r[3] == "sleep" for r in rows)
+        assert "filter 'sleep'" in screen_text(app)
+        await pilot.press("3")
+        await pilot.pause()
+        assert "no contended stack matches 'sleep'" in screen_text(app)
+        await pilot.press("slash", *"flusher", "enter")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "main.flusher" in text and "main.worker" not in text
+        await pilot.press("slash")
+        await pilot.pause()
+        for _ in range(len("flusher")):
+            await pilot.press("backspace")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "main.worker" in screen_text(app)

@@ -47,18 +47,26 @@ def facts(keys: list[str], check: Callable[[str], None]) -> Callable[[Pilot[Any]
 _procs_rows = proc_rows
 
 
+def _fail(screen: str) -> None:
+    # AssertionError, not pytest.fail(): an OutcomeException raised inside the app's loop
+    # (run_before) hangs the test instead of failing it.
+    raise AssertionError(f"the screen contradicts the facts:\n{screen}")
+
+
 FACTS: dict[str, Callable[[str], None]] = {
     # syscall: P1 spends time in syscalls (shade glyphs), P0 runs (bars)
     "procs-syscall": lambda t: (
         _procs_rows(t) and any(c in t for c in "░▒▓") and any(c in t for c in "▁▂▃▄▅▆▇█")
-        and "/cell, last" in t and "blank: not observed" in t) or pytest.fail(t),
+        and "/cell, last" in t and "blank: not observed" in t) or _fail(t),
     # gc: stop-the-world cells on every P, and the count in the summary
     "procs-gc": lambda t: (all("▚" in r for r in _procs_rows(t)) and re.search(r"STW [1-9]", t))
-    or pytest.fail(t),
+    or _fail(t),
     "sched-fanout": lambda t: ("runnable → running latency" in t and re.search(r"p99 <\d", t)
-                               and "illegal" not in t) or pytest.fail(t),
-    "contention-mutex": lambda t: "main.contend" in t or pytest.fail(t),
-    "goroutines-spawn": lambda t: re.search(r"live \d+", t) is not None or pytest.fail(t),
+                               and "illegal" not in t) or _fail(t),
+    "contention-mutex": lambda t: "main.contend" in t or _fail(t),
+    "goroutines-spawn": lambda t: (re.search(r"seen \d+", t) is not None
+                                   and not re.search(r"^ +\d+ +\? ", t, re.M)
+                                   and "by wait time" in t) or _fail(t),
 }
 
 

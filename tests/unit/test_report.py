@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from gmpmon.events import Batch, Counter, EventTuple, Kind
 from gmpmon.model import Model
+from gmpmon.model.snapshot import Snapshot
 from gmpmon.report import fmt_ns, interval_line, summary, text_report
 from tests.unit.test_model_scenarios import CHANRECV, SLEEP, ev, header, run
 
@@ -187,7 +189,38 @@ def test_fmt_ns() -> None:
     assert [fmt_ns(x) for x in (0, 999, 1500, 2_500_000, 3_210_000_000)] == [
         "0ns",
         "999ns",
-        "1.5us",
+        "1.5µs",
         "2.5ms",
         "3.21s",
     ]
+
+
+def _replayed(name: str) -> Snapshot:
+    from gmpmon.record import read_recording
+    from gmpmon.replay import replay_all
+
+    return replay_all(read_recording(str(Path(__file__).parents[1] / "data" / f"{name}.gmp")))
+
+
+def test_text_report_says_what_windowed_and_sampled_numbers_cover() -> None:
+    """#17 items 1-2 headless: a windowed count is never printed as a total, an unmeasured
+    one is '-' not 0."""
+    windows = text_report(_replayed("demo-default"))
+    assert re.search(r"counted in \d+% of the time, not totals", windows)
+    sampled = text_report(_replayed("demo-sample"))
+    assert "not measured in sample mode" in sampled
+    assert re.search(r"Goroutines: - created, - exited, - live", sampled), sampled
+    assert re.search(r"Syscalls - \(blocking \d+\)", sampled)
+    full = text_report(_replayed("fanout"))
+    assert "not totals" not in full and "not measured" not in full
+
+
+def test_text_report_percentiles_are_bucket_bounds_and_units_match_the_tui() -> None:
+    """#17 items 8-9: '<edge' for a bucketed percentile; µs as in the TUI; full import paths
+    for frames, as in the folded and pprof exports."""
+    snap = _replayed("mutex")
+    out = text_report(snap)
+    line = next(ln for ln in out.splitlines() if ln.startswith("  p50 "))
+    assert re.search(r"p99 <\d", line), line
+    assert "us" not in re.sub(r"\w+us\b", "", line.replace("µs", ""))  # no ASCII "us" units
+    assert "internal/sync.(*Mutex).lockSlow" in out  # not cut to "sync.(*Mutex).lockSlow"

@@ -3,35 +3,44 @@ then the other blocking waits (RWMutex, WaitGroup and other semaphores), each wi
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.widgets import Static
 
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.tui.render import bar, fmt_count, fmt_ns, panel_table, short_stack
+from gmpmon.tui.widgets.details import DetailScreen, stack_matches, stacks_text
 from gmpmon.tui.widgets.scroll import KeyScroll
 
 TOP_STACKS = 30
 TOP_ADDRS = 8
 
 
-def stacks_table(snap: Snapshot, bar_width: int = 10) -> Table | Text:
+def stacks_table(snap: Snapshot, bar_width: int = 10, filter_text: str = "") -> Table | Text:
     if not snap.mutex_stacks:
         return Text("no contended locks seen yet", style="dim")
+    ranked = [(i, ms) for i, ms in enumerate(snap.mutex_stacks, 1)
+              if stack_matches(ms, filter_text)]
+    if not ranked:
+        return Text(f"no contended stack matches '{filter_text}'", style="dim")
     total = snap.mutex_wait_ns or sum(s.wait_ns for s in snap.mutex_stacks) or 1
     top = snap.mutex_stacks[0].wait_ns or 1
     t = panel_table(expand=True)
+    t.add_column("#", justify="right", no_wrap=True)
     t.add_column("wait", justify="right", no_wrap=True)
     t.add_column("%", justify="right", no_wrap=True)
     t.add_column("", no_wrap=True, width=bar_width)
     t.add_column("count", justify="right", no_wrap=True)
     t.add_column("avg", justify="right", no_wrap=True)
     t.add_column("stack (leaf < callers)", no_wrap=True, overflow="ellipsis", ratio=1)
-    for ms in snap.mutex_stacks[:TOP_STACKS]:
+    for rank, ms in ranked[:TOP_STACKS]:
         avg = fmt_ns(ms.wait_ns / ms.count) if ms.count else "-"
-        t.add_row(fmt_ns(ms.wait_ns), f"{100 * ms.wait_ns / total:.0f}",
+        t.add_row(str(rank), fmt_ns(ms.wait_ns), f"{100 * ms.wait_ns / total:.0f}",
                   Text(bar(ms.wait_ns, top, bar_width), style="#f0883e"),
                   fmt_count(ms.count), avg, short_stack(ms.stack))
     return t
@@ -79,6 +88,27 @@ def waits_table(snap: Snapshot, bar_width: int = 10) -> Table | Text:
 
 class ContentionView(KeyScroll):
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
+    filter_text = ""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "full_stacks", "Full stacks"),
+    ]
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text
+        self.snapshot = self.snapshot
+
+    def action_full_stacks(self) -> None:
+        """Every contended stack (and other wait) in full: rows cut at the terminal's width
+        can look alike; here each frame has its own line, numbered as in the table."""
+        snap = self.snapshot
+        if snap is None:
+            return
+        stacks = tuple(ms for ms in snap.mutex_stacks + snap.wait_stacks
+                       if stack_matches(ms, self.filter_text))
+        self.app.push_screen(DetailScreen("contended stacks, leaf first", stacks_text(
+            stacks, "contended stacks" + (f" matching '{self.filter_text}'"
+                                          if self.filter_text else ""))))
 
     def compose(self) -> ComposeResult:
         yield Static(id="mutex-summary")
@@ -103,9 +133,12 @@ class ContentionView(KeyScroll):
         if others:
             summary.append(f"  other waits {fmt_count(sum(c for _k, c, _w in others))}"
                            f" ({fmt_ns(sum(w for _k, _c, w in others))})")
-        summary.append("   e: export folded stacks", style="dim")
+        if self.filter_text:
+            summary.append(f"  filter '{self.filter_text}'", style="bold #d29922")
+        summary.append("   enter: full stacks  e: export", style="dim")
         self.query_one("#mutex-summary", Static).update(summary)
-        self.query_one("#mutex-stacks", Static).update(stacks_table(snap))
+        self.query_one("#mutex-stacks", Static).update(
+            stacks_table(snap, filter_text=self.filter_text))
         addrs = self.query_one("#mutex-addrs", Static)
         addrs.display = bool(snap.mutex_by_addr)
         addrs.update(addr_table(snap))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -12,9 +13,11 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
-from gmpmon.model.snapshot import GoroutineView, Snapshot
+from gmpmon.model.snapshot import GoroutineView, GState, Snapshot
 from gmpmon.tui.census import census_text
+from gmpmon.tui.measure import coverage
 from gmpmon.tui.render import GSTATE_WORD, fmt_count, fmt_ns
+from gmpmon.tui.widgets.details import DetailScreen, goroutine_matches, goroutine_text, in_state
 
 SortKey = Callable[[GoroutineView, int], tuple[object, ...]]
 
@@ -26,15 +29,16 @@ COLUMNS: tuple[tuple[str, SortKey, bool], ...] = (
     ("P", lambda g, now: (g.p, g.goid), False),
     ("wait reason", lambda g, now: (g.wait_reason, g.goid), False),
     ("wait time", lambda g, now: (g.wait_ns, g.goid), True),
-    ("in state", lambda g, now: (now - g.since if g.since else -1, g.goid), True),
+    ("in state", lambda g, now: (now - g.since if g.since and g.state else -1, g.goid), True),
     ("runs", lambda g, now: (g.executes, g.goid), True),
     ("parent", lambda g, now: (g.parent, g.goid), False),
 )
 # Rebuilding a few hundred rows costs ~10 ms: the table follows the snapshot at most this often
 # (snapshot time, so a replay behaves the same), and at once when the sort order changes.
 TABLE_EVERY_NS = 1_000_000_000
+TABLE_ROWS = 2000  # rows kept in the table at most (the model's list is bounded too)
 STATE_COLOUR = {"running": "#3fb950", "runnable": "#d29922", "waiting": "#6e7681",
-                "syscall": "#a371f7", "dead": "#484f58"}
+                "syscall": "#a371f7", "dead": "#484f58", "unknown": "#6e7681"}
 
 
 class GoroutinesView(Vertical):
@@ -43,6 +47,8 @@ class GoroutinesView(Vertical):
     sort_reverse: reactive[bool] = reactive(True)
 
     _table_now: int | None = None
+    filter_text = ""
+    _shown = ""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("s", "cycle_sort", "Sort", show=True)]
 
@@ -77,17 +83,32 @@ class GoroutinesView(Vertical):
         self._table_now = None
         self.snapshot = self.snapshot  # re-render with the new order
 
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text
+        self.invalidate()
+        self.snapshot = self.snapshot
+
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None:
             return
+        cov = coverage(snap)
         counts = "  ".join(f"{k} {fmt_count(v)}" for k, v in sorted(snap.g_state_counts.items()))
         label, _, _ = COLUMNS[self.sort_column]
         summary = Text(no_wrap=True, overflow="ellipsis")
-        summary.append(f"live {fmt_count(snap.goroutines_live)}", style="bold")
-        summary.append(f"  created {fmt_count(snap.goroutines_created)}"
-                       f"  exited {fmt_count(snap.goroutines_exited)}  {counts}")
-        summary.append(f"   sorted by {label} {'↓' if self.sort_reverse else '↑'} (s / click)",
-                       style="dim")
+        if cov.hot:
+            summary.append(f"seen {fmt_count(snap.goroutines_live)}", style="bold")
+            summary.append(f"  created {fmt_count(snap.goroutines_created)}"
+                           f"  exited {fmt_count(snap.goroutines_exited)}")
+            if not cov.exact:
+                summary.append(f" ({cov.note()})", style="dim")
+            summary.append(f"  {counts}")
+        else:
+            summary.append(f"goroutines seen by probes: {cov.note()}", style="dim")
+        shown = self._shown
+        if self.filter_text:
+            summary.append(f"  filter '{self.filter_text}': {shown}", style="bold #d29922")
+        summary.append(f"   by {label} {'↓' if self.sort_reverse else '↑'} (s; enter: details;"
+                       " /: filter)", style="dim")
         self.query_one("#g-summary", Static).update(summary)
         census = self.query_one("#g-census", Static)
         census.display = snap.runtime is not None
@@ -106,20 +127,41 @@ class GoroutinesView(Vertical):
                 keep = None
         key = COLUMNS[self.sort_column][1]
         now = snap.now
-        gs = sorted(snap.goroutines, key=lambda g: key(g, now), reverse=self.sort_reverse)
+        pool = [g for g in snap.goroutines if goroutine_matches(g, self.filter_text)]
+        # At most TABLE_ROWS rows, whatever the snapshot holds: the top of the sort order
+        # (heapq: O(n log k)); the table itself draws only the rows on screen.
+        pick = heapq.nlargest if self.sort_reverse else heapq.nsmallest
+        gs = pick(TABLE_ROWS, pool, key=lambda g: key(g, now))
+        self._shown = (f"{len(gs)} of {len(snap.goroutines)}" if len(gs) < len(pool) or
+                       self.filter_text else f"{len(gs)}")
         table.clear()
         for g in gs:
             state = GSTATE_WORD.get(g.state, "?")
+            dead = g.state is GState.DEAD
+            dim = "#6e7681" if dead else ""
             table.add_row(
-                str(g.goid),
+                Text(str(g.goid), style=dim),
                 Text(state, style=STATE_COLOUR.get(state, "")),
-                str(g.p) if g.p >= 0 else "-",
-                g.wait_reason or "",
-                fmt_ns(g.wait_ns) if g.wait_ns else "",
-                fmt_ns(now - g.since) if g.since else "",
-                fmt_count(g.executes),
-                str(g.parent) if g.parent else "",
+                Text(str(g.p) if g.p >= 0 else "-", style=dim),
+                "" if dead else g.wait_reason or "",  # a dead goroutine waits for nothing
+                Text(fmt_ns(g.wait_ns) if g.wait_ns else "", style=dim),
+                Text(in_state(g, snap), style=dim),
+                Text(fmt_count(g.executes), style=dim),
+                Text(str(g.parent) if g.parent else "", style=dim),
                 key=str(g.goid),
             )
         if keep is not None and keep in table.rows:
             table.move_cursor(row=table.get_row_index(keep), animate=False)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        snap = self.snapshot
+        if snap is None or event.row_key.value is None:
+            return
+        goid = int(event.row_key.value)
+        g = next((x for x in snap.goroutines if x.goid == goid), None)
+        if g is None:
+            self.app.notify(f"G{goid} is no longer in the model's table", severity="warning")
+            return
+        history = getattr(self.app, "history", None)
+        hist = history.of(goid) if history is not None else ()
+        self.app.push_screen(DetailScreen(f"goroutine G{goid}", goroutine_text(g, snap, hist)))

@@ -24,6 +24,8 @@ r                 start / stop recording events to a file (live only)
 [ ]  home end     replay: seek -/+ 10%, to the start, to the end
 < >               replay: slower / faster
 s / click header  Goroutines: change the sort column (again: reverse)
+enter             details: the goroutine under the cursor; Contention: stacks in full
+/                 filter goroutines and stacks by text (empty: all)
 ?                 this help          q  quit (detaches every probe)
 """
 
@@ -38,7 +40,10 @@ VIEWS = (
     "stop-the-world. '<655µs' is a histogram bucket bound: under 655µs.\n"
     "Contention: contended sync.Mutex / RWMutex stacks by total wait; e exports them.\n"
     "Goroutines: the goroutines seen, longest total wait first; s or a click on a header "
-    "sorts.\n"
+    "sorts. States: running (on a P), runnable (in a run queue), waiting (parked: see the "
+    "wait reason), syscall, dead (exited, kept a while), unknown (not observed since "
+    "attaching or since the last window). 'in state >2s': unchanged since the capture "
+    "began.\n"
     "Findings: the scheduler pathologies named (most severe first); enter or a click shows "
     "the evidence and what to try (docs/findings.md).\n"
     "Default mode counts hot events inside its windows only: those numbers say 'in N% of the "

@@ -12,6 +12,7 @@ from textual.containers import Grid
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from gmpmon.model.runtime import bucket_bounds
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.tui.measure import (
     NOT_MEASURED,
@@ -50,15 +51,43 @@ def _not_measured(cov: Coverage, what: str) -> Text:
     return Text(f"{what}: {cov.note()} (no hot probes)", style="dim")
 
 
+def runtime_latency(snap: Snapshot) -> Text | None:
+    """The runtime's own run-latency histogram (sched.timeToRun: every goroutine, no trap,
+    every mode), when the capture read it: exact counts where the probes see a part."""
+    rv = snap.runtime
+    if rv is None or not rv.reads or rv.latency.count == 0:
+        return None
+    lat = rv.latency
+    edges = runtime_edges(snap.go_version)
+    text = Text("runtime: ", style="bold")
+    text.append(f"p50 {fmt_q(lat.p50, lat, edges)}  p90 {fmt_q(lat.p90, lat, edges)}  "
+                f"p99 {fmt_q(lat.p99, lat, edges)}  max {fmt_q(lat.max, lat, edges)}")
+    text.append(f"  ({rv.latency_note}, no probes)", style="dim")
+    return text
+
+
+def runtime_edges(go_version: str) -> tuple[int, ...]:
+    """Bucket edges of the runtime's timeHistogram: 16 sub-buckets before go1.21, 4 after."""
+    try:
+        minor = int(go_version.removeprefix("go").split(".")[1])
+    except (IndexError, ValueError):
+        minor = 99
+    return bucket_bounds(720 if minor < 21 else 160)
+
+
 def latency_panel(snap: Snapshot) -> Group | Text:
     cov = coverage(snap)
+    rt = runtime_latency(snap)
     if not cov.hot:
-        return _not_measured(cov, "run latency")
+        missing = _not_measured(cov, "probed run latency")
+        return Group(rt, missing) if rt is not None else missing
     stats = snap.sched_latency
     spark, axis = latency_spark(stats)
     parts: list[Text] = [Text(latency_line(stats)), spark, axis]
+    if rt is not None:
+        parts.append(rt)
     note = cov.note()
-    parts.append(Text(BUCKET_NOTE + (f"; {note}" if note else ""), style="dim"))
+    parts.append(Text(BUCKET_NOTE + (f"; probes {note}" if note else ""), style="dim"))
     return Group(*parts)
 
 

@@ -10,6 +10,7 @@ from textual.widget import Widget
 
 from gmpmon.events import Header
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.tui.census import goroutine_count
 from gmpmon.tui.measure import coverage, hot_count, pct
 from gmpmon.tui.render import fmt_count, fmt_ns, uptime_ns
 
@@ -56,7 +57,9 @@ class StatusHeader(Widget):
             lost = f"lost {fmt_count(snap.events_lost)}"
             second.append(lost, style="bold white on #da3633" if snap.events_lost else "")
             cov = coverage(snap)
-            second.append(f"  goroutines {hot_count(snap.goroutines_live, cov)}")
+            # The runtime's own count (gcount, trap-free, every mode) when it was read.
+            from_runtime = goroutine_count(snap.runtime)
+            second.append(f"  goroutines {from_runtime or hot_count(snap.goroutines_live, cov)}")
             if cov.window == "windows":
                 second.append(f"  hot probes {pct(cov.fraction)} of the time", style="#d29922")
             elif cov.window == "sampled":
