@@ -30,8 +30,8 @@ from gmpmon.tui.history import GHistory
 from gmpmon.tui.messages import SnapshotReady, SourceFailed
 from gmpmon.tui.render import NS_PER_S
 from gmpmon.tui.widgets.contention import ContentionView
-from gmpmon.tui.widgets.findings import FindingsView
 from gmpmon.tui.widgets.details import FilterScreen
+from gmpmon.tui.widgets.findings import FindingsView
 from gmpmon.tui.widgets.goroutines import GoroutinesView
 from gmpmon.tui.widgets.help import HelpScreen
 from gmpmon.tui.widgets.procs import ProcsView
