@@ -186,3 +186,49 @@ def test_sched_latency_matches_runtime_trace(tmp_path: Path, go: str) -> None:
     for q in (0.5, 0.9, 0.99):
         t = lat_bucket_lo(lat_bucket(quantile(tl, q)))  # the trace's value, as gmpmon shows it
         near(f"sched latency p{round(q * 100)}", getattr(lat, f"p{round(q * 100)}"), t)
+
+
+@pytest.mark.bpf
+@pytest.mark.parametrize("go", trace_versions())
+def test_mutex_wait_matches_the_mutex_profile(tmp_path: Path, go: str) -> None:
+    """sync.Mutex waits against Go's own mutex profile (SetMutexProfileFraction(1): every
+    contention event). The waits that parked are the profile's records one for one. Their
+    time: within 15% of the profile's delay from Go 1.22 (gmpmon times lockSlow entry to
+    return, spinning included; the profile from the semaphore sleep to the hand-over). Go 1.21's
+    profile counts only part of each release's waiters' delay, so there the oracle is
+    /sync/mutex/wait/total:seconds (the runtime samples 1 wait in 8 and scales): within 25%."""
+    minor = int(go.split(".")[1])
+    r = oracle_run(tmp_path, go, "-phase", "1s", "-net=false", "-mutex", "4", "-hold", "50us",
+                   "-gc-every", "0", "-sleepers", "0")
+    mu = r.summary["mutex"]
+    parked = r.summary["park_reasons"]["sync.Mutex.Lock"]["count"]
+    profiled = r.oracle["mutex_profile_count"]
+    print(f"mutex waits that parked: gmpmon {parked}, mutex profile {profiled}")
+    assert parked == profiled > 500
+    if minor >= 22:
+        compare("mutex wait ns vs mutex profile delay", mu["wait_ns"],
+                r.oracle["mutex_profile_delay_ns"], 0.85, 1.15)
+    else:
+        metric = r.oracle["metrics"]["/sync/mutex/wait/total:seconds"] * 1e9
+        compare("mutex wait ns vs /sync/mutex/wait/total", mu["wait_ns"], metric, 0.75, 1.25)
+
+
+@pytest.mark.bpf
+@pytest.mark.parametrize("go", trace_versions())
+def test_p_running_time_is_bounded_by_the_threads_cpu_time(tmp_path: Path, go: str) -> None:
+    """P time (running + searching, full mode, over the measured phase) against the
+    workload's own threads (/proc/self/task/*/schedstat): a P is busy while its M's thread is
+    on a CPU or waiting for one on the kernel's run queue, so the sum lies between the threads'
+    CPU time and CPU + run-queue wait (within 10% / 5%: threads that hold no P, sysmon and
+    idle Ms, add CPU and wait of their own). Two spinners keep both Ps busy all along."""
+    r = oracle_run(tmp_path, go, "-phase", "1s", "-net=false", "-mutex", "0", "-gc-every",
+                   "0", "-sleepers", "0", "-spin", "2", record=True)
+    m = replayed_model(tmp_path / "r.gmp", r.oracle["start_mono"], r.oracle["stop_mono"])
+    procs = m.snapshot().procs
+    busy = sum(p.running_ns + p.spinning_ns for p in procs)
+    cpu, wait = r.oracle["schedstat_cpu_ns"], r.oracle["schedstat_wait_ns"]
+    print(f"P busy ns: gmpmon {busy}; threads: cpu {cpu}, cpu + run-queue wait {cpu + wait}")
+    assert len(procs) == 2
+    assert busy >= 0.9 * cpu, (busy, cpu)
+    assert busy <= 1.05 * (cpu + wait), (busy, cpu + wait)
+    assert busy >= 0.9 * 2 * r.oracle["phase_ns"]  # both Ps busy the whole phase

@@ -167,6 +167,26 @@ func mono() int64 {
 	return ts.Nano()
 }
 
+// schedstat sums /proc/self/task/*/schedstat: (ns on a CPU, ns waiting on a run queue).
+func schedstat() (int64, int64) {
+	var cpu, wait int64
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) >= 2 {
+			c, _ := strconv.ParseInt(f[0], 10, 64)
+			w, _ := strconv.ParseInt(f[1], 10, 64)
+			cpu += c
+			wait += w
+		}
+	}
+	return cpu, wait
+}
+
 func netPingPong(stop <-chan struct{}, wg *sync.WaitGroup, n *int64) {
 	defer wg.Done()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -214,6 +234,7 @@ func main() {
 	m0 := readMetrics()
 	mu0, mc0 := mutexDelayNs()
 	runtime.ReadMemStats(&ms0)
+	cpu0, wait0 := schedstat()
 	startMono := mono()
 	if *traceTo != "" {
 		f, err := os.Create(*traceTo)
@@ -315,6 +336,7 @@ func main() {
 		trace.Stop()
 	}
 	stopMono := mono()
+	cpu1, wait1 := schedstat()
 	runtime.ReadMemStats(&ms1)
 	m1 := readMetrics()
 	mu1, mc1 := mutexDelayNs()
@@ -324,6 +346,8 @@ func main() {
 		"phase_ns":               elapsed.Nanoseconds(),
 		"start_mono":             startMono,
 		"stop_mono":              stopMono,
+		"schedstat_cpu_ns":       cpu1 - cpu0,
+		"schedstat_wait_ns":      wait1 - wait0,
 		"sleeps":                 sleeps,
 		"locks":                  locks,
 		"gcs":                    gcs,
