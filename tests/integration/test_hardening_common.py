@@ -287,17 +287,28 @@ def orphan_gmpmon_progs() -> list[str]:
     return orphans
 
 
-def tracefs_uprobe_lines(needles: Sequence[str]) -> list[str]:
-    """Lines of tracefs uprobe_events mentioning any needle (BCC's tracefs fallback names
-    events gmpmon_<gmpmon pid>_<addr>). Empty when tracefs is not mounted."""
-    out = []
+def tracefs_uprobe_events() -> str:
+    """The kernel's tracefs uprobe_events. These machines do not mount tracefs: then it is
+    mounted for the read in a private mount namespace (unshare -m), so that this check can
+    fail wherever it runs instead of being vacuously true."""
     for path in TRACEFS_UPROBE_EVENTS:
         try:
-            text = Path(path).read_text()
+            return Path(path).read_text()
         except OSError:
             continue
-        out += [ln for ln in text.splitlines() if any(n in ln for n in needles)]
-    return out
+    r = subprocess.run(
+        ["unshare", "-m", "sh", "-c",
+         "d=$(mktemp -d) && mount -t tracefs nodev \"$d\" && cat \"$d/uprobe_events\""],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert r.returncode == 0, f"cannot read tracefs uprobe_events: {r.stderr.strip()}"
+    return r.stdout
+
+
+def tracefs_uprobe_lines(needles: Sequence[str]) -> list[str]:
+    """Lines of tracefs uprobe_events mentioning any needle (BCC's tracefs fallback names
+    events gmpmon_<gmpmon pid>_<addr>; a path under /proc/PID/root/ names the target)."""
+    return [ln for ln in tracefs_uprobe_events().splitlines() if any(n in ln for n in needles)]
 
 
 def assert_nothing_left(target_pid: int, gmpmon_pids: Sequence[int],

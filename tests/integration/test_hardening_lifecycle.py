@@ -44,7 +44,11 @@ pytestmark = pytest.mark.bpf
 
 GO = "1.27"
 # The machine is shared (2 cores, other test suites): speeds are compared with slack.
-SPEED_SLACK = 0.6  # a leftover hot probe costs the target 1.5x to 30x
+# Of the unwatched speed (best of 3 short measurements). A leftover hot probe costs the target
+# 1.5x to 30x (<= 0.67x). Issue #16 asks for 0.9x; on this shared 2-CPU machine the same
+# target measured 0.88-0.90x of its unwatched speed after gmpmon was SIGKILLed in default mode
+# with no probe left (no int3 at any site): within this machine's noise, so 0.9 would be flaky.
+SPEED_SLACK = 0.8
 # One P: the ping-pong's work per CPU-second is then steady (no spinning Ms) and a probe hit
 # costs the target visibly (~0.5 us emulated, ~25 us single-stepped per hit).
 ONE_P = {"GOMAXPROCS": "1"}
@@ -53,6 +57,12 @@ ONE_P = {"GOMAXPROCS": "1"}
 def lifecycle(tag: str) -> Path:
     need_bpftool()
     return private_copy(build("lifecycle", GO), tag)
+
+
+def best_rate(t: Target, n: int = 3, seconds: float = 0.8) -> tuple[float, float]:
+    """The best of n short measurements (by ops per CPU-second): on a shared machine a
+    neighbour's burst only ever makes one slower, and a leftover probe makes all of them so."""
+    return max((t.rates(seconds) for _ in range(n)), key=lambda r: r[1])
 
 
 def rss_kb(pid: int) -> int:
@@ -93,7 +103,7 @@ def test_sigkill_of_gmpmon_leaves_the_target_at_full_speed(mode: str, tmp_path: 
     t = start_target(exe, env=ONE_P)
     rec = tmp_path / "r.gmp"
     try:
-        before = t.rates(2.0)
+        before = best_rate(t)
         g = start_gmpmon("attach", str(t.pid), "--no-tui", "--mode", mode, "-d", "120",
                          "--record", str(rec))
         wait_attached(t.pid)
@@ -101,7 +111,7 @@ def test_sigkill_of_gmpmon_leaves_the_target_at_full_speed(mode: str, tmp_path: 
         size_at_kill = rec.stat().st_size
         sigkill(g)
         assert_nothing_left(t.pid, [g.pid], str(exe))
-        after = t.rates(2.0)
+        after = best_rate(t)
         print(f"{mode}: ops per target CPU-second before {before[1]:,.0f}, attached "
               f"{during[1]:,.0f}, after SIGKILL {after[1]:,.0f} (per wall second "
               f"{before[0]:,.0f} / {during[0]:,.0f} / {after[0]:,.0f})")
