@@ -232,3 +232,30 @@ def test_p_running_time_is_bounded_by_the_threads_cpu_time(tmp_path: Path, go: s
     assert busy >= 0.9 * cpu, (busy, cpu)
     assert busy <= 1.05 * (cpu + wait), (busy, cpu + wait)
     assert busy >= 0.9 * 2 * r.oracle["phase_ns"]  # both Ps busy the whole phase
+
+
+@pytest.mark.bpf
+@pytest.mark.parametrize("gomaxprocs", [8, 64])
+def test_many_ps_against_runtime_trace(tmp_path: Path, gomaxprocs: int) -> None:
+    """GOMAXPROCS 8 and 64 on this 2-CPU machine: every P is seen, goroutine starts per P add
+    up to the trace's, GC pauses are exact, nothing is lost and no in-kernel counter is
+    dropped (the 16384-entry counters hash: a failed insert would show as fewer latency
+    samples than events)."""
+    r = oracle_run(tmp_path, "1.27", "-phase", "1s", "-mutex", "4", "-gc-every", "50ms",
+                   "-sleepers", "8", "-sleep", "1ms", "-spin", "2", gomaxprocs=gomaxprocs,
+                   record=True)
+    s = r.summary
+    assert s["target"]["gomaxprocs"] == gomaxprocs
+    seen = {p["id"] for p in s["procs"]}
+    print(f"Ps seen: gmpmon {len(seen)}, GOMAXPROCS {gomaxprocs}")
+    assert seen == set(range(gomaxprocs))
+    assert s["events"]["lost"] == 0
+    gc = sum(v["count"] for k, v in s["gc_stw"]["by_reason"].items() if k.startswith("GC "))
+    assert gc == 2 * r.oracle["numgc"] == len(r.trace.gc_stw)
+    m = replayed_model(tmp_path / "r.gmp", r.oracle["start_mono"], r.oracle["stop_mono"])
+    starts = sum(p.executes for p in m.snapshot().procs)
+    compare("goroutine starts (traced span) vs runtime/trace", starts,
+            sum(r.trace.starts_by_p.values()), 0.98, 1.02)
+    whole = replayed_model(tmp_path / "r.gmp")
+    print(f"latency samples: events {sum(whole._lat)}, kernel {sum(whole._lat_counter)}")
+    assert abs(sum(whole._lat) - sum(whole._lat_counter)) <= sum(whole._lat) // 1000
