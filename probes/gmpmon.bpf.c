@@ -150,8 +150,16 @@ static __always_inline void gm_count(u32 table, s32 p, u32 key, u64 delta)
     u64 k = GM_COUNTER_KEY(table, p, key);
     u64 zero = 0;
     u64 *v = counters.lookup_or_try_init(&k, &zero);
-    if (v)
+    if (v) {
         __sync_fetch_and_add(v, delta);
+    } else {
+        /* The counters hash is full (16384 keys: 64 Ps x 256 latency buckets fill it): the
+         * update is lost, and counted as a lost record so that it is never silent. */
+        int zero_idx = 0;
+        u64 *l = lost.lookup(&zero_idx);
+        if (l)
+            *l += 1;
+    }
 }
 
 /* ts = 0: the timestamp is taken after the reservation, so that the ring buffer's order is
