@@ -44,7 +44,24 @@ def facts(keys: list[str], check: Callable[[str], None]) -> Callable[[Pilot[Any]
     return run
 
 
-_procs_rows = proc_rows
+def _procs_rows(text: str) -> list[str]:
+    """The per-P rows, after checking that the header agrees with them: the P ids shown are
+    0..GOMAXPROCS-1 (unless idle Ps are folded into one line), and "idle Ps N" is the number
+    of idle rows plus the folded ones (issue #16: a stored header once said "idle Ps 0" over
+    a table with idle Ps)."""
+    rows = proc_rows(text)
+    gmp = re.search(r"GOMAXPROCS (\d+)", text)
+    idle = re.search(r"idle Ps (\d+)", text)
+    folded = re.search(r"(\d+) idle Ps,", text)
+    ids = [int(r.split()[0]) for r in rows]
+    states = [r.split()[1] for r in rows]
+    assert gmp is not None and idle is not None, text
+    n_folded = int(folded[1]) if folded else 0
+    assert len(ids) + n_folded == int(gmp[1]), text
+    if not folded:
+        assert ids == list(range(int(gmp[1]))), text
+    assert int(idle[1]) == states.count("idle") + n_folded, text
+    return rows
 
 
 def _fail(screen: str) -> None:
