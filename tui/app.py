@@ -14,6 +14,7 @@ import gc
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -24,11 +25,12 @@ from textual.reactive import reactive
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from gmpmon.export.folded import FoldedExporter
+from gmpmon.model.delta import since
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.source import RecordingControl, SeekControl, SnapshotSource
 from gmpmon.tui.history import GHistory
 from gmpmon.tui.messages import SnapshotReady, SourceFailed
-from gmpmon.tui.render import NS_PER_S
+from gmpmon.tui.render import NS_PER_S, fmt_ns
 from gmpmon.tui.widgets.contention import ContentionView
 from gmpmon.tui.widgets.details import FilterScreen
 from gmpmon.tui.widgets.findings import FindingsView
@@ -44,6 +46,19 @@ STEP_NS = NS_PER_S // 10
 SEEK_FRACTION = 0.1
 _VIEWS_GROUP = Binding.Group("views", compact=True)
 _SEEK_ACTIONS = frozenset({"step", "seek_by", "seek_to", "speed"})
+RECENT_NS = 10 * NS_PER_S  # `t`: the numbers of the last 10 s
+KEEP_EVERY_NS = NS_PER_S // 4  # snapshots kept for it: one per 250 ms of snapshot time
+KEEP_SNAPSHOTS = 64  # 16 s of them
+
+
+def counting_label(snap: Snapshot, base: Snapshot | None, recent: bool) -> str:
+    """What the header says the counts count from ("" = since attach)."""
+    if base is None:
+        return ""
+    span = fmt_ns(max(snap.now - base.now, 0))
+    return f"last {span}" if recent else f"since reset {span} ago"
+
+
 SPEEDS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 
 
@@ -80,6 +95,8 @@ class GmpmonApp(App[None]):
         Binding("minus", "zoom(1)", "Zoom out", show=False),
         Binding("o", "toggle_order", "Order", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("t", "toggle_recent", "Recent"),
+        Binding("z", "reset_counters", "Reset"),
         Binding("left", f"step({-STEP_NS})", "Step", priority=True, key_display="←→"),
         Binding("right", f"step({STEP_NS})", "Step", show=False, priority=True),
         Binding("shift+left", f"step({-10 * STEP_NS})", "Step 1s", show=False, priority=True),
@@ -110,6 +127,12 @@ class GmpmonApp(App[None]):
         self.source_closed = False
         self.history = GHistory()  # states seen per goroutine, for its details screen
         self.filter_text = ""  # `/`: applies to the Goroutines table and the stacks
+        # What the numbers count from: since attach (None), since `z` (a Snapshot), or, with
+        # `t`, the last RECENT_NS (the newest kept Snapshot at least that old).
+        self.baseline: Snapshot | None = None
+        self.recent = False
+        self._kept: deque[Snapshot] = deque(maxlen=KEEP_SNAPSHOTS)
+        self.raw: Snapshot | None = None  # the source's Snapshot, before any baseline
         self.close_error: Exception | None = None
         self._stop = threading.Event()
         self._failed = False
@@ -199,8 +222,44 @@ class GmpmonApp(App[None]):
 
     def _deliver(self, msg: SnapshotReady) -> None:
         self._deliver_status(msg)
-        if msg.snapshot is not None and msg.snapshot is not self.snapshot:
-            self.snapshot = msg.snapshot
+        if msg.snapshot is not None and msg.snapshot is not self.raw:
+            self.raw = msg.snapshot
+            self.snapshot = self._counted(msg.snapshot)
+
+    def _counted(self, snap: Snapshot) -> Snapshot:
+        """``snap`` counted from the chosen baseline (since attach, since `z`, last N s)."""
+        kept = self._kept
+        if kept and kept[-1].now > snap.now:  # a replay went back in time
+            kept.clear()
+            if self.baseline is not None and self.baseline.now > snap.now:
+                self.baseline = None
+        if not kept or snap.now - kept[-1].now >= KEEP_EVERY_NS:
+            kept.append(snap)
+        base = self.baseline
+        if self.recent:
+            old = [k for k in kept if k.now <= snap.now - RECENT_NS]
+            base = old[-1] if old else kept[0]
+            if self.baseline is not None and self.baseline.now > base.now:
+                base = self.baseline
+        self.query_one(StatusHeader).counting = counting_label(snap, base, self.recent)
+        return since(snap, base)
+
+    def action_toggle_recent(self) -> None:
+        self.recent = not self.recent
+        self.notify("numbers: " + (f"last {RECENT_NS // NS_PER_S}s" if self.recent
+                                   else "since attach" if self.baseline is None
+                                   else "since the reset"), timeout=2)
+        self._recount()
+
+    def action_reset_counters(self) -> None:
+        self.baseline = self.raw
+        self.notify("counters reset: the numbers count from now (z again: from now again)",
+                    timeout=3)
+        self._recount()
+
+    def _recount(self) -> None:
+        if self.raw is not None:
+            self.snapshot = self._counted(self.raw)
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         self.query_one(StatusHeader).snapshot = snap

@@ -147,3 +147,43 @@ def test_attach_tui_shows_every_p_and_quits_cleanly(
     assert took <= QUIT_BUDGET_S, (
         f"q took {took:.2f}s until gmpmon's process was gone (budget {QUIT_BUDGET_S}s)"
     )
+
+
+def test_keyboard_scrolls_the_scheduling_view_and_enter_opens_a_goroutine(
+    workload: subprocess.Popen[bytes], tmux_session: str, tmp_path: Path
+) -> None:
+    """#17: PgDn scrolls the Scheduling view without a mouse click, and Enter on a row of the
+    Goroutines table opens that goroutine's details, in a real terminal (80x24)."""
+    repo = Path(__file__).resolve().parents[2]
+    cmd = (f"cd {repo} && {sys.executable} -m gmpmon attach {workload.pid}; "
+           f"echo GMPMON_EXIT=$?; sleep 600")
+    _tmux("new-session", "-d", "-s", tmux_session, "-x", "80", "-y", "24", cmd)
+    _wait_for(tmux_session, lambda t: "GOMAXPROCS" in t and _p_rows(t), 30)
+
+    _tmux("send-keys", "-t", tmux_session, "2")
+    top = _wait_for(tmux_session, lambda t: "runnable → running latency" in t, 10)
+    assert "preemption · syscalls · GC" not in top  # the last panel is below the fold
+    _tmux("send-keys", "-t", tmux_session, "PageDown")
+    _tmux("send-keys", "-t", tmux_session, "PageDown")
+    _tmux("send-keys", "-t", tmux_session, "PageDown")
+    down = _wait_for(tmux_session, lambda t: "runnable → running latency" not in t, 10)
+    assert "park reasons" in down or "per P" in down or "work stealing" in down or \
+        "preemption" in down, down
+    _tmux("send-keys", "-t", tmux_session, "g")
+    _wait_for(tmux_session, lambda t: "runnable → running latency" in t, 10)
+
+    _tmux("send-keys", "-t", tmux_session, "4")
+    rows = _wait_for(tmux_session, lambda t: re.search(r"^ +\d+ +(running|runnable|waiting|"
+                                                       r"syscall|dead|unknown) ", t, re.M), 10)
+    m = re.search(r"^ +(\d+) +(running|runnable|waiting|syscall|dead|unknown) ", rows, re.M)
+    assert m, rows
+    _tmux("send-keys", "-t", tmux_session, "Enter")
+    details = _wait_for(tmux_session, lambda t: "(esc to close)" in t, 10)
+    assert re.search(r"goroutine G\d+", details) and "created by" in details, details
+    assert "history" in details
+    _tmux("send-keys", "-t", tmux_session, "Escape")
+    _wait_for(tmux_session, lambda t: "(esc to close)" not in t, 10)
+    _tmux("send-keys", "-t", tmux_session, "q")
+    done = _wait_for(tmux_session, lambda t: "GMPMON_EXIT=" in t, 30)
+    assert "GMPMON_EXIT=0" in done and "Traceback" not in done, done
+    assert workload.poll() is None

@@ -392,3 +392,42 @@ async def test_slash_filters_goroutines_and_stacks(live_source: ListSource) -> N
         await pilot.press("enter")
         await pilot.pause()
         assert "main.worker" in screen_text(app)
+
+
+# 12. recent against cumulative: z resets the counters, t shows the last 10 s
+async def test_reset_and_recent_count_from_a_later_snapshot(live_source: ListSource) -> None:
+    from gmpmon.model.delta import since
+
+    app = make_app(live_source, refresh_hz=50.0)
+    async with app.run_test(size=(100, 50)) as pilot:
+        await pilot.pause()
+        base = live_source.latest()
+        assert base is not None
+        await pilot.press("z")
+        await pilot.pause()
+        for _ in range(3):
+            live_source.advance()
+        await pilot.pause(0.3)
+        cur = live_source.latest()
+        assert cur is not None and cur is not base and app.raw is cur
+        shown = app.snapshot
+        assert shown is not None and shown.start == base.now
+        assert shown.goroutines_created == cur.goroutines_created - base.goroutines_created
+        parks = {r.reason: r.count for r in shown.park_reasons}
+        before = {r.reason: r.count for r in base.park_reasons}
+        for r in cur.park_reasons:
+            assert parks.get(r.reason, 0) == r.count - before.get(r.reason, 0)
+        assert shown.sched_latency.count == cur.sched_latency.count - base.sched_latency.count
+        assert "counts: since reset" in str(app.query_one(StatusHeader).render())
+        await pilot.press("2")
+        await pilot.pause()
+        text = screen_text(app)
+        top = shown.park_reasons[0]
+        row = next(ln for ln in text.splitlines() if f" {top.reason} " in ln)
+        assert fmt_count(top.count) in row.split()
+        await pilot.press("t")
+        await pilot.pause()
+        assert "counts: last" in str(app.query_one(StatusHeader).render())
+        # the numbers are a difference of two snapshots of the same run, never negative
+        assert all(v >= 0 for v in (shown.syscalls, shown.preempted, shown.stw_count))
+        assert since(cur, None) is cur and since(cur, cur) is cur

@@ -21,6 +21,7 @@ class StatusHeader(Widget):
     paused: reactive[bool] = reactive(False)
     recording: reactive[str | None] = reactive(None)
     ended: reactive[bool] = reactive(False)  # live target exited
+    counting: reactive[str] = reactive("")  # "last 10.0s" / "since reset 3.0s ago" / ""
 
     def __init__(self, header: Header, *, replay: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -64,6 +65,8 @@ class StatusHeader(Widget):
                 second.append(f"  hot probes {pct(cov.fraction)} of the time", style="#d29922")
             elif cov.window == "sampled":
                 second.append("  sampled: no hot probes", style="#d29922")
+        if self.counting:
+            second.append(f"  counts: {self.counting}", style="bold #58a6ff")
         if self.recording:
             second.append(f"  ● REC {os.path.basename(self.recording)}", style="bold #f85149")
         if self.paused:
