@@ -137,7 +137,9 @@ def test_syscall_handoff_from_blocking_syscalls(tmp: Path) -> None:
     assert ev["handoffs"] >= 300 and ev["per_second"] >= 100
     assert ev["by_cause"].get("syscall-retake", 0) >= 0.9 * ev["handoffs"]
     assert ev["no_m_ns"] > 0
-    assert len(ev["goroutines"]) == 4  # the four syscall goroutines, by goid
+    # The four syscall goroutines, by goid, hold the hand-offs (main's one write may add one).
+    top4 = sorted(g["handoffs"] for g in ev["goroutines"])[-4:]
+    assert min(top4) >= 50 and sum(top4) >= 0.95 * ev["handoffs"]
     assert "cgo-pinning" not in {x["id"] for x in doc["findings"]}
 
 
