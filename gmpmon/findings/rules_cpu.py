@@ -6,8 +6,9 @@ import itertools
 import math
 from typing import Any
 
+from gmpmon.findings import kernel_evidence as kev
 from gmpmon.findings.context import Context
-from gmpmon.findings.types import Finding, Severity
+from gmpmon.findings.types import Finding, LongRun, Severity
 from gmpmon.model.snapshot import PState
 
 
@@ -139,16 +140,25 @@ def cpu_throttled(ctx: Context) -> Finding | None:
 
 
 def long_running(ctx: Context) -> Finding | None:
-    inp, th = ctx.inputs, ctx.th
+    inp, th, kern = ctx.inputs, ctx.th, ctx.snap.kernel
     runs = inp.long_runs
+    by_g = dict(inp.long_by_goid)
+    count = inp.long_run_count
+    if not runs and kern is not None and kern.long_running:
+        # The perf sampler saw them (same G on the same P across 1 kHz samples).
+        runs = tuple(LongRun(r.goid, r.p, r.start, r.end - r.start, True)
+                     for r in kern.long_running)
+        count = max(kern.long_runs_total, len(runs))
+        for r in runs:
+            n, mx = by_g.get(r.goid, (0, 0))
+            by_g[r.goid] = (n + 1, max(mx, r.ns))
     pre = {g: n for g, n in inp.preempt_by_goid.items() if n > 0}
     if not runs and sum(pre.values()) < th.long_run_warn_count:
         return None
     longest = runs[0].ns if runs else 0
-    by_g = inp.long_by_goid
     # Preemption requests alone are not enough: the GC asks every running G to stop too.
-    many = inp.long_run_count >= th.long_run_warn_count
-    if runs and all(r.sampled for r in runs) and inp.long_run_count < th.long_run_warn_count:
+    many = count >= th.long_run_warn_count
+    if runs and all(r.sampled for r in runs) and count < th.long_run_warn_count:
         # A few runs seen only by P samples: a goroutine woken into runnext inherits its
         # time slice (same schedtick), so a busy but yielding G can look like one run.
         many, longest = False, min(longest, th.long_run_warn_ns - 1)
@@ -173,20 +183,25 @@ def long_running(ctx: Context) -> Finding | None:
     sampled = any(r.sampled for r in runs)
     exact = any(not r.sampled for r in runs)
     lead = goroutines[0]["goid"] if goroutines else 0
+    function = kev.name_goroutines(kern, goroutines)
+    where = f" in {function}" if function else ""
     if runs:
         g0 = goroutines[0]
-        title = (f"Goroutine {lead} ran up to {_ms(g0['longest_ns']):.0f} ms without yielding "
-                 f"({g0['runs']} of {inp.long_run_count} runs >= "
+        title = (f"Goroutine {lead}{where} ran up to {_ms(g0['longest_ns']):.0f} ms without "
+                 f"yielding ({g0['runs']} of {count} runs >= "
                  f"{th.long_run_ns // 1_000_000} ms; {sum(pre.values())} preemption requests)")
     else:
-        title = (f"Goroutine {lead} was asked to stop {goroutines[0]['preempt_requests']} "
-                 f"times (no run of {th.long_run_ns // 1_000_000} ms seen)")
+        title = (f"Goroutine {lead}{where} was asked to stop "
+                 f"{goroutines[0]['preempt_requests']} times (no run of "
+                 f"{th.long_run_ns // 1_000_000} ms seen)")
     return Finding(
         "long-running-goroutine",
         sev,
         title,
         {
-            "long_runs": inp.long_run_count,
+            "function": function,
+            "stack": goroutines[0].get("stack", []) if goroutines else [],
+            "long_runs": count,
             "longest_ns": longest,
             "threshold_ns": th.long_run_ns,
             "goroutines": goroutines,
@@ -196,8 +211,10 @@ def long_running(ctx: Context) -> Finding | None:
                     s for s, ok in (("events", exact), ("samples", sampled)) if ok
                 ) or "none",
                 "preempt_requests": "events (preemptone)",
+                "function": "perf samples (user stacks)" if function else "none",
             },
-            "sampled": ["long_runs"] if sampled else [],
+            "sampled": (["long_runs"] if sampled else []) + (["function", "stack"]
+                                                             if function else []),
         },
         "A goroutine that runs 10 ms or more holds its P: others queue behind it until sysmon "
         "preempts it (SIGURG). Break the loop into chunks, move it off the latency path, or "
@@ -234,14 +251,24 @@ def idle_spinning(ctx: Context) -> Finding | None:
     ev_hit = ev_ok and cpu_share >= th.spin_cpu and busy_share >= th.spin_busy
     sample_share = sp.spinning_samples / sp.samples if sp.samples else 0.0
     sample_hit = sp.samples >= th.spin_min_samples and sample_share >= th.spin_sample_share
-    if not (ev_hit or sample_hit):
+    # The perf sampler: CPU samples of Ms in runtime.findRunnable against goroutines' samples.
+    k_search, k_run, k_period = kev.search_samples(snap.kernel)
+    k_cpu = k_search * k_period / ctx.duration_ns if ctx.duration_ns else 0.0
+    k_share = k_search / (k_search + k_run) if k_search + k_run else 0.0
+    k_hit = k_search >= th.spin_min_samples and k_cpu >= th.spin_cpu and k_share >= th.spin_busy
+    if not (ev_hit or sample_hit or k_hit):
         return None
     st = snap.steals
     failed = st.attempts - st.count
-    title = (f"Ms spin looking for work: {100 * busy_share:.0f}% of the Ps' busy time is "
-             f"spent searching ({100 * cpu_share:.0f}% of a CPU), {failed} failed steals"
-             if ev_hit else
-             f"Ms spin looking for work: nmspinning > 0 in {100 * sample_share:.0f}% of samples")
+    if ev_hit:
+        title = (f"Ms spin looking for work: {100 * busy_share:.0f}% of the Ps' busy time is "
+                 f"spent searching ({100 * cpu_share:.0f}% of a CPU), {failed} failed steals")
+    elif k_hit:
+        title = (f"Ms spin looking for work: {100 * k_share:.0f}% of the CPU samples are in "
+                 f"findRunnable ({100 * k_cpu:.0f}% of a CPU)")
+    else:
+        title = (f"Ms spin looking for work: nmspinning > 0 in {100 * sample_share:.0f}% of "
+                 f"samples")
     return Finding(
         "idle-spinning",
         Severity.WARNING,
@@ -257,11 +284,16 @@ def idle_spinning(ctx: Context) -> Finding | None:
             "steal_failed": failed,
             "nmspinning_sample_share": round(sample_share, 3),
             "sched_samples": sp.samples,
+            "cpu_samples_in_findrunnable": k_search,
+            "findrunnable_cpus": round(k_cpu, 3),
+            "findrunnable_share_of_busy_samples": round(k_share, 3),
             "sources": {"searching_ns": ctx.timeline_source + " (findRunnable .. pidleput)",
                         "failed_searches": "timeline (last ~2,000 spans a P)",
                         "nmspinning": "samples",
+                        "findrunnable_cpus": "perf samples (g0 stacks)",
                         "steals": snap.sources.get("steal_attempts", "events")},
-            "sampled": ["nmspinning"] + (["searching_ns"] if snap.window == "windows" else []),
+            "sampled": ["nmspinning", "findrunnable_cpus"]
+                       + (["searching_ns"] if snap.window == "windows" else []),
         },
         "Many short wake-ups keep waking Ms that find nothing to run, then sleep again: CPU "
         "burnt in findRunnable (futex wake/sleep, steal attempts). Batch the work (fewer, "

@@ -6,6 +6,7 @@ import itertools
 from collections import Counter
 from typing import Any
 
+from gmpmon.findings import kernel_evidence as kev
 from gmpmon.findings.context import Context
 from gmpmon.findings.types import Finding, Severity
 from gmpmon.model.snapshot import GState
@@ -69,12 +70,18 @@ def syscall_handoff(ctx: Context) -> Finding | None:
         return None
     crit = rate >= th.handoff_rate_critical or no_m_share >= 0.25
     gs = sorted(ho.goroutines.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    names = kev.syscall_names(snap.kernel, {g for g, _c in gs})
+    site = names.get("syscall_site", "")
+    top_sys = next(iter(names.get("syscalls_by_name", {})), "")
+    what = f" in {site}" if site else ""
+    what += f" ({top_sys})" if top_sys else ""
     return Finding(
         "syscall-handoff",
         Severity.CRITICAL if crit else Severity.WARNING,
-        f"{n} P hand-offs from blocked syscalls ({rate:.0f}/s); Ps spent "
+        f"{n} P hand-offs from blocked syscalls{what} ({rate:.0f}/s); Ps spent "
         f"{_ms(ho.no_m_ns):.0f} ms without an M",
         {
+            **names,
             "handoffs": n,
             "per_second": round(rate, 1),
             "by_cause": {c: ho.by_cause.get(c, 0) for c in SYSCALL_CAUSES if ho.by_cause.get(c)},
@@ -86,10 +93,13 @@ def syscall_handoff(ctx: Context) -> Finding | None:
             "no_m_share": round(no_m_share, 4),
             "goroutines": [{"goid": g, "handoffs": c} for g, c in gs],
             "sources": {"handoffs": "events (handoffp)",
+                        "syscall_site": "perf samples in the kernel (user stacks)",
+                        "syscalls_by_name": "tracepoints (sys_enter/exit)",
                         "causes": "events" if snap.window != "sampled" else "unknown (sample)",
                         "no_m_ns": "events" if snap.window == "exact" else "events+samples"},
             "sampled": (["no_m_ns"] if snap.window != "exact" else [])
-                       + (["by_cause"] if how else []),
+                       + (["by_cause"] if how else [])
+                       + (["syscall_site", "syscall_stack"] if site else []),
         },
         "Syscalls block long enough (more than a sysmon tick, 20 us to 10 ms) that sysmon takes "
         "their P and hands it to another M, which may have to be started. Use the netpoller "
@@ -300,21 +310,26 @@ def cgo_pinning(ctx: Context) -> Finding | None:
     if n < th.locked_min or rate < th.locked_rate:
         return None
     gs = sorted(ho.locked_goroutines.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    rows: list[dict[str, Any]] = [{"goid": g, "handoffs": c} for g, c in gs]
+    site = kev.name_goroutines(ctx.snap.kernel, rows)
     evidence: dict[str, Any] = {
+        "site": site,
+        **kev.outside_go(ctx.snap.kernel),
         "locked_handoffs": n,
         "per_second": round(rate, 1),
-        "locked_goroutines": [{"goid": g, "handoffs": c} for g, c in gs],
+        "locked_goroutines": rows,
         "no_m_ns": ho.no_m_ns,
         "cause_note": how or None,
         "sources": {"locked_handoffs": "events (handoffp after gopark on the same M)"
-                    + (" + inferred" if how else "")},
-        "sampled": ["locked_handoffs"] if how else [],
+                    + (" + inferred" if how else ""),
+                    "site": "perf samples (user stacks)"},
+        "sampled": (["locked_handoffs"] if how else []) + (["site"] if site else []),
     }
     return Finding(
         "cgo-pinning",
         Severity.WARNING,
-        f"Goroutines locked to their thread block {n} times ({rate:.0f}/s): each time the M "
-        f"sleeps with them and hands its P off",
+        f"Goroutines locked to their thread{(' in ' + site) if site else ''} block {n} times "
+        f"({rate:.0f}/s): each time the M sleeps with them and hands its P off",
         evidence,
         "A goroutine pinned with runtime.LockOSThread (or held in a cgo call) keeps its M: "
         "when it blocks, its P must be handed to another M and back. Lock the thread only "

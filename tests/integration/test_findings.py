@@ -31,11 +31,11 @@ _RUNS: dict[tuple[str, str, int, tuple[str, ...]], dict[str, Any]] = {}
 
 
 def gm_run(tmp: Path, name: str, mode: str, gomaxprocs: int, *args: str,
-           go: str = GO) -> dict[str, Any]:
+           go: str = GO, opts: tuple[str, ...] = ()) -> dict[str, Any]:
     """``gmpmon run --mode M --record`` on a private copy of the workload; its summary JSON
     (cached: one run per workload, mode and arguments for the whole module). The recording
     is next to it (``recording(tmp, name, mode)``)."""
-    key = (f"{name}@{go}", mode, gomaxprocs, args)
+    key = (f"{name}@{go}", mode, gomaxprocs, (*opts, "--", *args))
     if key in _RUNS:
         return _RUNS[key]
     exe = tmp / f"{name}-{go}-{mode}"
@@ -43,7 +43,7 @@ def gm_run(tmp: Path, name: str, mode: str, gomaxprocs: int, *args: str,
     out = tmp / f"{name}-{go}-{mode}.json"
     env = dict(os.environ, GOMAXPROCS=str(gomaxprocs))
     p = subprocess.run([*GM, "run", "--mode", mode, "--no-tui", "--summary-json", str(out),
-                        "--record", str(out.with_suffix(".gmp")),
+                        "--record", str(out.with_suffix(".gmp")), *opts,
                         "--", str(exe), *args], capture_output=True, text=True, timeout=120,
                        env=env)
     assert p.returncode == 0, f"gmpmon run failed ({p.returncode}): {p.stderr[-2000:]}"
@@ -124,13 +124,16 @@ def test_long_running_goroutine_is_named(tmp: Path) -> None:
     assert ev["longest_ns"] >= 20_000_000
     top = ev["goroutines"][0]
     assert top["runs"] >= 10 and top["preempt_requests"] >= 10
-    # Only the hot loop runs that long: one goroutine holds (nearly) all the long runs.
+    # Only the hot loop runs that long: one goroutine holds (nearly) all the long runs, and
+    # the perf sampler's stacks name its function.
     assert top["runs"] >= 0.8 * ev["long_runs"]
+    assert ev["function"] == "main.hotLoop" and top["function"] == "main.hotLoop"
+    assert "main.hotLoop" in f["title"] and ev["stack"][0] == "main.hotLoop"
 
 
 @pytest.mark.bpf
 def test_syscall_handoff_from_blocking_syscalls(tmp: Path) -> None:
-    doc = gm_run(tmp, "blocksys", "full", 2, "-t", "3s")
+    doc = gm_run(tmp, "blocksys", "full", 2, "-t", "3s", opts=("--kernel", "samples,syscalls"))
     f = finding(doc, "syscall-handoff")
     ev = f["evidence"]
     # 4 goroutines in 15 ms nanosleeps for 3 s: ~800 syscalls, nearly all retaken by sysmon.
@@ -141,6 +144,9 @@ def test_syscall_handoff_from_blocking_syscalls(tmp: Path) -> None:
     top4 = sorted(g["handoffs"] for g in ev["goroutines"])[-4:]
     assert min(top4) >= 50 and sum(top4) >= 0.95 * ev["handoffs"]
     assert "cgo-pinning" not in {x["id"] for x in doc["findings"]}
+    # Named: the syscall (tracepoints) and the code around it (perf samples' user stacks).
+    assert next(iter(ev["syscalls_by_name"])) == "nanosleep"
+    assert ev["syscall_site"].startswith("main."), ev["syscall_stack"]
 
 
 @pytest.mark.bpf
@@ -203,6 +209,7 @@ def test_cgo_pinning_locked_thread_handoffs(tmp: Path) -> None:
     assert ev["locked_handoffs"] >= 1000  # two pinned goroutines, 1000 messages/s each
     top = ev["locked_goroutines"][:2]
     assert len(top) == 2 and all(g["handoffs"] >= 400 for g in top)
+    assert ev["site"] == "main.pinned"  # the locked goroutine's function (perf samples)
 
 
 # ---------------------------------------------------------------- cpu-throttled, own cgroup
