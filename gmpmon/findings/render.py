@@ -63,7 +63,7 @@ def evidence_lines(f: Finding, width: int = 80) -> list[str]:
     """The evidence as indented ``key: value`` lines (lists of dicts one per line)."""
     out: list[str] = []
     for k, v in f.evidence.items():
-        if k in ("sources", "sampled") or v is None:
+        if k in ("sources", "sampled") or v is None or v == "" or v == [] or v == {}:
             continue
         if isinstance(v, list) and v and isinstance(v[0], dict):
             out.append(f"{k}:")
