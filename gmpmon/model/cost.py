@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gmpmon.events import EventTuple, Stage
+from collections.abc import Iterable
+
+from gmpmon.events import EventTuple, Kind, Stage
+from gmpmon.model.part import Context, Handler, Part
 
 
 @dataclass(frozen=True)
@@ -22,10 +25,11 @@ class CostSummary:
     cut_short: int = 0  # windows closed early: their hits cost 1.5x their plan
 
 
-class CostTracker:
-    """Keeps the newest COST event (its values are cumulative) and counts DROP events."""
+class CostTracker(Part):
+    """Keeps the newest COST event (its values are cumulative) and counts DROP events (the
+    model hands them on: a DROP also resets its picture, like LOST)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ctx: Context | None = None) -> None:
         self.last: EventTuple | None = None
         self.dropped: dict[int, int] = {}  # Stage -> records
         self.triggers: list[tuple[int, int]] = []  # (ts, --trigger index) of TRIGGER events
@@ -43,6 +47,13 @@ class CostTracker:
 
     def on_cost(self, e: EventTuple) -> None:
         self.last = e
+
+    def handlers(self) -> Iterable[tuple[int, Handler]]:
+        return ((Kind.COST, self.on_cost), (Kind.TRIGGER, self.on_trigger))
+
+    def section(self, at: object) -> dict[str, object]:
+        return {"cost": self.summary(), "dropped": self.dropped_by_stage(),
+                "triggers": tuple(self.triggers)}
 
     def summary(self) -> CostSummary | None:
         e = self.last

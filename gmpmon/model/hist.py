@@ -83,3 +83,10 @@ def upper_edge(value: int) -> int | None:
     if i < len(_EDGES) - 1 and _EDGES[i] == value:
         return _EDGES[i + 1]
     return None
+
+
+def merge_into(acc: list[int], other: list[int]) -> None:
+    """acc += other, bucket by bucket (the same lat_bucket layout)."""
+    for i, n in enumerate(other):
+        if n:
+            acc[i] += n

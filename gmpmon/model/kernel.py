@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterable
 
 from gmpmon.events import (
     M_SW_INVOLUNTARY,
@@ -27,6 +28,7 @@ from gmpmon.events import (
     SAMPLE_NOT_GO,
     Counter,
     EventTuple,
+    Kind,
 )
 from gmpmon.model import hist as h
 from gmpmon.model.kernelview import (
@@ -38,7 +40,8 @@ from gmpmon.model.kernelview import (
     SyscallStat,
     ThreadView,
 )
-from gmpmon.model.snapshot import PState, Span
+from gmpmon.model.part import Context, Handler, Part, View
+from gmpmon.model.values import PState, Span
 from gmpmon.model.validation import validation_failure
 from gmpmon.syscalls import syscall_name
 
@@ -65,7 +68,22 @@ class _Run:
         self.stacks: dict[int, int] = {sid: 1}
 
 
-class KernelPart:
+class KernelPart(Part):
+    """Perf-event samples and kernel tracepoints (COUNTER tables 10-19)."""
+
+    @classmethod
+    def for_model(cls, ctx: Context) -> KernelPart:
+        return cls(ctx.stacks)
+
+    def handlers(self) -> Iterable[tuple[int, Handler]]:
+        return ((Kind.CPU_SAMPLE, self.on_sample), (Kind.SAMPLER_OFF, self.on_sampler_off))
+
+    def counters(self) -> Iterable[tuple[int, Handler]]:
+        return tuple((t, self.on_counter) for t in sorted(KERNEL_TABLES))
+
+    def section(self, at: View) -> dict[str, object]:
+        return {"kernel": self.view(at.now)}
+
     def __init__(self, stacks: dict[int, tuple[str, ...]], hz: int = SAMPLE_HZ) -> None:
         self.stacks = stacks  # the model's stack table (Batch.stacks accumulate there)
         self.period_ns = 1_000_000_000 // max(hz, 1)

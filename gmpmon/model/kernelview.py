@@ -9,10 +9,8 @@ times from sched_switch/sched_wakeup and sys_enter/sys_exit).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gmpmon.model.snapshot import LatencyStats, Span
+from gmpmon.model.values import LatencyStats, Span
 
 
 @dataclass(frozen=True, slots=True)

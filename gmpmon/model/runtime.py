@@ -24,6 +24,7 @@ from gmpmon.events import (
     RtHist,
     RtTotal,
 )
+from gmpmon.model.part import Context, Part
 from gmpmon.model.snapshot import LatencyStats
 
 SOURCE_COUNTERS = "runtime counters"
@@ -175,8 +176,15 @@ _CUT_NAMES = ((CensusCut.LIMIT, "limit"), (CensusCut.TIME, "time"),
               (CensusCut.TARGET_GONE, "target exited"))
 
 
-class RuntimePart:
+class RuntimePart(Part):
     """Folds RT_* and CENSUS_* events; ``view()`` gives the RuntimeView (None until any)."""
+
+    @classmethod
+    def for_model(cls, ctx: Context) -> RuntimePart:
+        return cls(ctx.header.g_status, ctx.header.wait_reasons, ctx.stacks)
+
+    def section(self, at: object) -> dict[str, object]:
+        return {"runtime": self.view()}
 
     def __init__(
         self,

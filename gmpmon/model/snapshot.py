@@ -7,7 +7,7 @@ monotonic ns (same clock as events).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ class PState(IntEnum):
 
     UNKNOWN = 0
     RUNNING = 1  # running goroutine ``goid`` of the span
-    SEARCHING = 2  # its M is in findRunnable (spinning / looking for work)
+    SEARCHING = 2  # its M is in findRunnable looking for work (m.spinning or not)
     IDLE = 3  # no M (pidleput) / parked M
     SYSCALL = 4  # its G is in a syscall (P still attached, or being handed off)
     GCSTOP = 5  # stopped for a stop-the-world
@@ -122,8 +122,13 @@ class MutexStack:
     kind: str = "sync.Mutex"  # LOCK_KIND_NAMES: what was waited for
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Snapshot:
+    """The model's answer at one instant. Compared by identity (``eq=False``): the producer
+    hands out a new object only when something changed, and a field-by-field compare of two
+    Snapshots costs more than drawing one. Built by gmpmon.model.view from the model's parts;
+    each part fills its own fields (a new part adds one defaulted field here)."""
+
     now: int  # ts of the newest event seen
     start: int  # ts of the first event
     pid: int
@@ -190,3 +195,11 @@ class Snapshot:
     cgroup_cpu: CgroupCpu | None = None  # the target's cgroup CPU quota and throttling
     # Perf-event samples and kernel tracepoints (model/kernelview.py); None when neither ran.
     kernel: KernelView | None = None
+    # illegal_transitions by kind: "g" (LEGAL_G), "p" (LEGAL_P), "corrupt_id" (P id beyond
+    # any runtime's); their sum is illegal_transitions
+    violations: dict[str, int] = field(default_factory=dict)
+
+
+def same_content(a: Snapshot, b: Snapshot) -> bool:
+    """Field-by-field equality (Snapshots themselves compare by identity); for tests."""
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(Snapshot))

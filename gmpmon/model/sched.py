@@ -1,0 +1,601 @@
+"""The model's spine: the G and P state machines.
+
+- Ps and Gs start UNKNOWN: attaching mid-flight is the normal case, so the first event seen
+  for a G or a P establishes its state, and time in UNKNOWN is never counted.
+- A P's span is closed by P transitions *and* by goroutine transitions on that P: EXECUTE
+  opens RUNNING(goid); PARK / PREEMPTED / GO_EXIT close it (the M goes back into the
+  scheduler: SEARCHING); SYSCALL_ENTER opens SYSCALL(goid); HANDOFF takes the P away from a
+  syscall (IDLE until an M picks it up); P_IDLE (``pidleput``) ends a failed search (IDLE until
+  the next SCHED/EXECUTE on it); STW_START..STW_END puts every P in GCSTOP.
+- G and P transitions are checked against one table each (LEGAL_G, LEGAL_P); a violation (a
+  missed or reordered event) is counted by kind (G, P, corrupt id), the state moves on,
+  nothing raises.
+- An *epoch* bumped at every reset (LOST, window edge) makes every G learnt in an older epoch
+  UNKNOWN again (its pending ready/park timestamps dropped), in O(1).
+
+What needs a G's history is computed here and handed to its aggregate: a scheduling latency
+(ready -> execute) to :class:`~gmpmon.model.latency.Latency`, a park's wait (park -> ready) to
+:class:`~gmpmon.model.parks.Parks`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from gmpmon.events import LAT_BUCKETS, NO_G, U64_MAX, EventTuple, Kind
+from gmpmon.findings.tracker import LONG_RUN_NS, FindingsTracker
+from gmpmon.model import hist as h
+from gmpmon.model.latency import Latency
+from gmpmon.model.parks import Parks
+from gmpmon.model.part import (
+    WAKE_CREATED,
+    WAKE_GOSCHED,
+    WAKE_PREEMPTED,
+    Context,
+    Handler,
+    Part,
+    View,
+)
+from gmpmon.model.snapshot import GState, PState
+
+# Plain ints in the hot loop (IntEnum compares are slower).
+P_UNKNOWN, P_RUNNING, P_SEARCHING, P_IDLE, P_SYSCALL, P_GCSTOP = (int(s) for s in PState)
+G_UNKNOWN, G_RUNNABLE, G_RUNNING, G_WAITING, G_SYSCALL, G_DEAD = (int(s) for s in GState)
+_ANY_P = frozenset(int(s) for s in PState)
+_GSTATES = tuple(GState)
+
+# The legal G transitions, one row per event kind: the states a G may be in when that event
+# happens to it (UNKNOWN always qualifies: attached mid-flight, or after a loss/window edge),
+# and the state it moves to. Anything else is a G violation.
+LEGAL_G: dict[int, tuple[frozenset[int], int]] = {
+    # WAITING -> RUNNING without a READY is real: injectglist (netpoll wake-ups, GC assist
+    # wake-ups) and findRunnableGCWorker make Gs runnable with a bare casgstatus, no ready().
+    Kind.EXECUTE: (frozenset({G_UNKNOWN, G_RUNNABLE, G_WAITING}), G_RUNNING),
+    Kind.PARK: (frozenset({G_UNKNOWN, G_RUNNING}), G_WAITING),
+    Kind.READY: (frozenset({G_UNKNOWN, G_WAITING}), G_RUNNABLE),
+    Kind.GO_CREATE: (frozenset({G_UNKNOWN}), G_RUNNABLE),
+    Kind.GO_EXIT: (frozenset({G_UNKNOWN, G_RUNNING}), G_DEAD),
+    Kind.SYSCALL_ENTER: (frozenset({G_UNKNOWN, G_RUNNING}), G_SYSCALL),
+    # exitsyscall with its P: running again; without: queued, or an idle P taken silently.
+    Kind.SYSCALL_EXIT: (frozenset({G_UNKNOWN, G_SYSCALL}), G_RUNNING),
+    Kind.PREEMPTED: (frozenset({G_UNKNOWN, G_RUNNING}), G_RUNNABLE),
+}
+
+# The legal P transitions, the same way. A P found in another state is a P violation only
+# with evidence: the G we believe is running on it (same epoch) never left it as far as we saw.
+LEGAL_P: dict[int, tuple[frozenset[int], int]] = {
+    # EXECUTE on a P RUNNING another G: that G's leaving was missed.
+    Kind.EXECUTE: (_ANY_P - {P_RUNNING}, P_RUNNING),
+    # pidleput: its M searched and gave up, a syscall's P handed off, a stopped world
+    # restarted, or a repeat.
+    Kind.P_IDLE: (frozenset({P_UNKNOWN, P_SEARCHING, P_IDLE, P_SYSCALL, P_GCSTOP}), P_IDLE),
+    Kind.SCHED: (_ANY_P, P_SEARCHING),  # a G left by a path we do not probe: not a violation
+    Kind.HANDOFF: (_ANY_P, P_IDLE),
+    Kind.SYSCALL_ENTER: (_ANY_P, P_SYSCALL),
+    Kind.STW_START: (_ANY_P, P_GCSTOP),
+}
+LEGAL_P_IDLE_FROM = LEGAL_P[Kind.P_IDLE][0]
+_FROM = {int(k): v[0] for k, v in LEGAL_G.items()}
+_FROM_EXECUTE, _FROM_PARK, _FROM_READY = _FROM[Kind.EXECUTE], _FROM[Kind.PARK], _FROM[Kind.READY]
+_P_FROM_EXECUTE = LEGAL_P[Kind.EXECUTE][0]
+K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
+K_SYSCALL_ENTER, K_SYSCALL_EXIT, K_PREEMPTED = (
+    int(Kind.SYSCALL_ENTER),
+    int(Kind.SYSCALL_EXIT),
+    int(Kind.PREEMPTED),
+)
+
+# The runtime's _P* constants without the prefix (BinaryInfo.p_status, Header.p_status).
+# Recordings made before this spelling carry "_Pidle"...: the decoder strips the prefix.
+P_SAMPLE_STATUS_NAMES = ("idle", "running", "syscall", "gcstop", "dead")
+G_STATUS_SYSCALL = 3
+MAX_PROCS = 1 << 14  # P ids at or above this are treated as corrupt input
+
+# Violations by kind (Snapshot.violations).
+V_G, V_P, V_CORRUPT = 0, 1, 2
+VIOLATION_NAMES = ("g", "p", "corrupt_id")
+
+
+class G:
+    __slots__ = (
+        "epoch",
+        "executes",
+        "goid",
+        "p",
+        "parent",
+        "park_ts",
+        "ready_ts",
+        "reason",
+        "since",
+        "state",
+        "wait_ns",
+        "wake",
+    )
+
+    def __init__(self, goid: int, ts: int, epoch: int) -> None:
+        self.goid = goid
+        self.state = G_UNKNOWN
+        self.p = -1
+        self.reason = -1  # last wait-reason index
+        self.since = ts
+        self.parent = 0
+        self.executes = 0
+        self.wait_ns = 0
+        self.ready_ts = -1  # became runnable at (latency clock), -1 none
+        self.wake = 0  # why it became runnable (wait reason or WAKE_*)
+        self.park_ts = -1
+        self.epoch = epoch
+
+
+class P:
+    __slots__ = (
+        "after",
+        "exact",
+        "executes",
+        "goid",
+        "id",
+        "lat",
+        "lat_counter",
+        "lat_max",
+        "lat_sum",
+        "m",
+        "runq",
+        "since",
+        "state",
+        "timeline",
+        "times",
+    )
+
+    def __init__(self, pid: int, ts: int, max_spans: int) -> None:
+        self.id = pid
+        self.state = P_UNKNOWN
+        self.goid = 0
+        self.since = ts
+        self.exact = True  # the open span's time counts in ``times``
+        self.m = 0
+        self.runq = 0
+        self.times = [0] * 6  # ns per PState
+        self.executes = 0
+        self.timeline: deque[tuple[int, int, int, int]] = deque(maxlen=max_spans)
+        # The latency part's per-P histograms (kept here: one attribute, no lookup, per hit)
+        self.lat = h.new_hist()  # event-derived
+        self.lat_sum = 0
+        self.lat_max = 0
+        self.lat_counter = h.new_hist()  # COUNTER SCHED_LAT
+        self.after: tuple[int, int] = (P_UNKNOWN, 0)  # state to resume at STW_END
+
+
+class Sched(Part):
+    """G and P state, P timelines, goroutine table. See the module docstring."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        latency: Latency,
+        parks: Parks,
+        *,
+        max_goroutines: int,
+        recent_dead: int,
+        max_spans: int,
+        on_span: object = None,
+        findings: FindingsTracker,
+    ) -> None:
+        self.ctx = ctx
+        self.window_ns = ctx.window_ns
+        self.max_goroutines = max_goroutines
+        self.max_spans = max_spans
+        self.on_span = on_span  # SpanSink (core.py) or None
+        self.latency = latency
+        self.findings = findings  # fed long runs, runq peaks and latency samples
+        self._lat_samples = findings.latency_samples
+        self._park_count = parks.count.events
+        self._park_wait = parks.wait.events
+        self.procs: dict[int, P] = {}
+        self.gs: dict[int, G] = {}
+        self.dead: deque[G] = deque(maxlen=recent_dead)
+        self.evicted_live = 0
+        self.epoch = 0
+        self.violations = [0, 0, 0]  # V_G, V_P, V_CORRUPT
+        self.unseen_wakes = 0  # WAITING -> RUNNING with no READY/WAKE seen
+        self.global_runq = 0
+        self.npidle = 0
+        self.nmspinning = 0
+        self.stw_start = -1  # the world is stopped since (-1: it is not)
+        # Whether time is being counted exactly (set by the model: hot probes attached, or
+        # sample mode, where samples and cold events are all there is).
+        self.hot = False
+        self.hot_since = -1  # the model's: when the hot probes were attached last
+        self.account_samples = False
+        self._p_status_map = p_status_decoder(ctx.header.p_status)
+        self.void_p = P(-1, 0, 1)
+        for pid in range(min(max(ctx.header.gomaxprocs, 0), MAX_PROCS)):
+            self.procs[pid] = P(pid, 0, max_spans)
+
+    def handlers(self) -> Iterable[tuple[int, Handler]]:
+        return (
+            (Kind.EXECUTE, self.on_execute),
+            (Kind.SCHED, self.on_sched),
+            (Kind.PARK, self.on_park),
+            (Kind.READY, self.on_ready),
+            (Kind.WAKE, self.on_ready),  # the same, without ready(): netpoll, GC workers
+            (Kind.GO_CREATE, self.on_go_create),
+            (Kind.GO_EXIT, self.on_go_exit),
+            (Kind.SYSCALL_ENTER, self.on_syscall_enter),
+            (Kind.SYSCALL_EXIT, self.on_syscall_exit),
+            (Kind.HANDOFF, self.on_handoff),
+            (Kind.PREEMPTED, self.on_preempted),
+            (Kind.STW_START, self.on_stw_start),
+            (Kind.STW_END, self.on_stw_end),
+            (Kind.P_IDLE, self.on_p_idle),
+            (Kind.P_SAMPLE, self.on_p_sample),
+            (Kind.SCHED_SAMPLE, self.on_sched_sample),
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def proc(self, pid: int, ts: int) -> P:
+        pp = self.procs.get(pid)
+        if pp is None:
+            if pid >= MAX_PROCS:
+                # Not a P id any runtime hands out (a corrupt or hostile recording): keep
+                # memory bounded, send it to a P that is never shown.
+                self.violations[V_CORRUPT] += 1
+                return self.void_p
+            pp = self.procs[pid] = P(pid, ts, self.max_spans)
+            if self.stw_start >= 0:
+                pp.state = P_GCSTOP
+        return pp
+
+    def g(self, goid: int, ts: int) -> G:
+        gg = self.gs.get(goid)
+        if gg is None:
+            gs = self.gs
+            if len(gs) >= self.max_goroutines:
+                del gs[next(iter(gs))]
+                self.evicted_live += 1
+            gg = gs[goid] = G(goid, ts, self.epoch)
+        elif gg.epoch != self.epoch:
+            gg.state = G_UNKNOWN
+            gg.ready_ts = -1
+            gg.park_ts = -1
+            gg.epoch = self.epoch
+        return gg
+
+    def g_to(self, gg: G, kind: int, state: int, ts: int) -> None:
+        if gg.state not in _FROM[kind]:
+            self.violations[V_G] += 1
+        gg.state = state
+        gg.since = ts
+
+    def p_to(self, pp: P, ts: int, state: int, goid: int, exact: bool | None = None) -> None:
+        if self.stw_start >= 0 and pp.state == P_GCSTOP:
+            pp.after = (state, goid)  # the world is stopped: resume in this state
+            return
+        start = pp.since
+        if ts < start:
+            ts = start
+        old = pp.state
+        if old != P_UNKNOWN and ts > start:
+            # A run that began at a window's start began earlier, or not at all (sampled).
+            if old == P_RUNNING and ts - start >= LONG_RUN_NS and self.hot \
+                    and start > self.hot_since:
+                self.findings.long_run(pp.id, pp.goid, start, ts)
+            if pp.exact:
+                pp.times[old] += ts - start
+            tl = pp.timeline
+            tl.append((start, ts, old, pp.goid))
+            if self.on_span is not None:
+                self.on_span(pp.id, start, ts, old, pp.goid)  # type: ignore[operator]
+            cutoff = ts - self.window_ns
+            while tl[0][1] < cutoff:
+                tl.popleft()
+        pp.state = state
+        pp.goid = goid
+        pp.since = ts
+        pp.exact = (self.hot or self.account_samples) if exact is None else exact
+
+    def _p_taken(self, pp: P, p: int) -> None:
+        """A P leaves RUNNING(goid) by an event that is not that G's: a P violation when the
+        G is still believed running there (same epoch); that G's state is UNKNOWN now."""
+        prev = self.gs.get(pp.goid) if pp.goid else None
+        if prev is not None and prev.state == G_RUNNING and prev.p == p and (
+            prev.epoch == self.epoch
+        ):
+            self.violations[V_P] += 1
+            prev.state = G_UNKNOWN
+
+    def _leave_p(self, gg: G, p: int, ts: int) -> None:
+        """G stops running (park, preempt, exit): its P's RUNNING span ends, M searches."""
+        if p >= 0:
+            # The event names the P: its M is entering schedule() whatever we thought.
+            pp = self.procs.get(p) or self.proc(p, ts)
+            if pp.state != P_SEARCHING:
+                self.p_to(pp, ts, P_SEARCHING, 0)
+            return
+        pp2 = self.procs.get(gg.p)
+        if pp2 is not None and pp2.goid == gg.goid and pp2.state == P_RUNNING:
+            self.p_to(pp2, ts, P_SEARCHING, 0)
+
+    def reset(self, ts: int) -> None:
+        self.epoch += 1
+        for pp in self.procs.values():
+            self.p_to(pp, ts, P_UNKNOWN, 0)
+
+    def restart_counting(self, ts: int) -> None:
+        """Hot probes attached: keep the sampled state, but count it exactly from now on."""
+        self.epoch += 1
+        for pp in self.procs.values():
+            self.p_to(pp, ts, pp.state, pp.goid, True)
+
+    # ------------------------------------------------------------------ handlers
+
+    def on_execute(self, e: EventTuple) -> None:
+        ts, _, p, m, g, _a0, a1 = e
+        gg = self.gs.get(g)
+        if gg is None or gg.epoch != self.epoch:
+            gg = self.g(g, ts)
+        if gg.state == G_RUNNING and gg.p != p and gg.p >= 0:
+            # Still running elsewhere: we missed how it left that P.
+            other = self.procs.get(gg.p)
+            if other is not None and other.goid == g and other.state == P_RUNNING:
+                self.p_to(other, ts, P_UNKNOWN, 0)
+        if gg.state not in _FROM_EXECUTE:
+            self.violations[V_G] += 1
+        gg.state = G_RUNNING
+        gg.since = ts
+        rts = gg.ready_ts
+        pp = (self.procs.get(p) or self.proc(p, ts)) if p >= 0 else None
+        if rts >= 0:
+            lat = ts - rts
+            if lat < 4:
+                b = lat if lat > 0 else 0
+            else:
+                hb = lat.bit_length() - 1
+                b = hb * 4 + ((lat >> (hb - 2)) & 3)
+                if b >= LAT_BUCKETS:
+                    b = LAT_BUCKETS - 1
+            self.latency.add(lat, b, gg.wake, p, pp)
+            self._lat_samples.append((rts, ts, p, g))
+            gg.ready_ts = -1
+        elif gg.park_ts >= 0:
+            gg.wait_ns += ts - gg.park_ts  # woken without ready(): park -> run, no latency
+            self.unseen_wakes += 1
+        gg.executes += 1
+        gg.park_ts = -1
+        if pp is not None:
+            gg.p = p
+            pp.executes += 1
+            pp.runq = a1
+            if a1 >= self.findings.rq_note:
+                self.findings.runq(p, a1)
+            pp.m = m
+            if pp.state not in _P_FROM_EXECUTE and pp.goid != g and pp.goid:
+                self._p_taken(pp, p)
+            self.p_to(pp, ts, P_RUNNING, g)
+
+    def on_sched(self, e: EventTuple) -> None:
+        ts, _, p, m, _g, a0, a1 = e
+        fnd = self.findings
+        if a1 != U64_MAX:
+            self.global_runq = a1
+            if a1 > fnd.grq_note or ts >= fnd.grq_next:
+                fnd.global_runq(ts, a1)
+        if p < 0:
+            return
+        pp = self.proc(p, ts)
+        pp.runq = a0
+        if a0 >= fnd.rq_note:
+            fnd.runq(p, a0)
+        pp.m = m
+        if pp.state == P_RUNNING and pp.goid:
+            prev = self.gs.get(pp.goid)
+            if prev is not None and prev.state == G_RUNNING and prev.p == p:
+                prev.state = G_UNKNOWN  # left the P by a path we do not probe
+        if pp.state != P_SEARCHING:
+            self.p_to(pp, ts, P_SEARCHING, 0)
+
+    def on_park(self, e: EventTuple) -> None:
+        ts, _, p, _m, g, a0, _a1 = e
+        gg = self.gs.get(g)
+        if gg is None or gg.epoch != self.epoch:
+            gg = self.g(g, ts)
+        if gg.state not in _FROM_PARK:
+            self.violations[V_G] += 1
+        gg.state = G_WAITING
+        gg.since = ts
+        gg.reason = a0
+        gg.park_ts = ts
+        gg.ready_ts = -1
+        pc = self._park_count
+        pc[a0] = pc.get(a0, 0) + 1
+        self._leave_p(gg, p, ts)
+
+    def on_ready(self, e: EventTuple) -> None:
+        ts, _, _p, _m, g, _a0, a1 = e
+        gg = self.gs.get(g)
+        if gg is None or gg.epoch != self.epoch:
+            gg = self.g(g, ts)
+        if gg.state not in _FROM_READY:
+            self.violations[V_G] += 1
+        gg.state = G_RUNNABLE
+        gg.since = ts
+        pts = gg.park_ts
+        if pts >= 0:
+            w = ts - pts
+            gg.wait_ns += w
+            pw = self._park_wait
+            pw[a1] = pw.get(a1, 0) + w
+            gg.park_ts = -1
+        if gg.reason < 0:
+            gg.reason = a1
+        gg.ready_ts = ts
+        gg.wake = a1
+
+    def on_go_create(self, e: EventTuple) -> None:
+        ts, _, _p, _m, g, a0, _a1 = e
+        gg = self.g(g, ts)
+        self.g_to(gg, K_GO_CREATE, G_RUNNABLE, ts)
+        gg.parent = a0
+        gg.ready_ts = ts
+        gg.wake = WAKE_CREATED
+
+    def on_go_exit(self, e: EventTuple) -> None:
+        ts, _, p, _m, g, _a0, _a1 = e
+        gg = self.gs.get(g)
+        if gg is None:
+            if self.evicted_live:
+                self.evicted_live -= 1
+            gg = G(g, ts, self.epoch)
+        else:
+            gg = self.g(g, ts)
+            del self.gs[g]
+        self.g_to(gg, K_GO_EXIT, G_DEAD, ts)
+        self._leave_p(gg, p, ts)
+        gg.ready_ts = gg.park_ts = -1
+        self.dead.append(gg)
+
+    def on_syscall_enter(self, e: EventTuple) -> None:
+        ts, _, p, m, g, _a0, _a1 = e
+        gg = self.g(g, ts)
+        self.g_to(gg, K_SYSCALL_ENTER, G_SYSCALL, ts)
+        if p < 0:
+            p = gg.p
+        if p >= 0:
+            gg.p = p
+            pp = self.proc(p, ts)
+            pp.m = m
+            self.p_to(pp, ts, P_SYSCALL, g)
+
+    def on_syscall_exit(self, e: EventTuple) -> None:
+        ts, _, p, m, g, _a0, _a1 = e
+        gg = self.g(g, ts)
+        if p >= 0:
+            self.g_to(gg, K_SYSCALL_EXIT, G_RUNNING, ts)
+            gg.p = p
+            pp = self.proc(p, ts)
+            pp.m = m
+            if pp.state != P_RUNNING or pp.goid != g:
+                self.p_to(pp, ts, P_RUNNING, g)
+        else:
+            # The P was taken: it queues globally or grabs an idle P without execute.
+            self.g_to(gg, K_SYSCALL_EXIT, G_UNKNOWN, ts)
+
+    def on_handoff(self, e: EventTuple) -> None:
+        ts, _, p, _m, _g, _a0, _a1 = e
+        if p >= 0:
+            pp = self.proc(p, ts)
+            pp.m = 0
+            self.p_to(pp, ts, P_IDLE, 0)
+
+    def on_p_idle(self, e: EventTuple) -> None:
+        ts, _, p, _m, _g, _a0, _a1 = e
+        if p < 0:
+            return
+        pp = self.proc(p, ts)
+        state = pp.state
+        if state == P_GCSTOP and self.stw_start >= 0:
+            self.p_to(pp, ts, P_IDLE, 0)  # resumes idle at STW_END
+            return
+        if state not in LEGAL_P_IDLE_FROM:
+            self._p_taken(pp, p)
+        pp.m = 0  # an idle P has no M
+        if state != P_IDLE:
+            self.p_to(pp, ts, P_IDLE, 0)
+
+    def on_preempted(self, e: EventTuple) -> None:
+        ts, _, p, _m, g, a0, _a1 = e
+        gg = self.g(g, ts)
+        self.g_to(gg, K_PREEMPTED, G_RUNNABLE, ts)
+        gg.ready_ts = ts
+        gg.wake = WAKE_PREEMPTED if a0 else WAKE_GOSCHED
+        self._leave_p(gg, p, ts)
+
+    def on_stw_start(self, e: EventTuple) -> None:
+        ts = e[0]
+        if self.stw_start >= 0:
+            return  # nested starts do not happen; keep the first
+        for pp in self.procs.values():
+            pp.after = (pp.state, pp.goid)
+            self.p_to(pp, ts, P_GCSTOP, 0)
+        self.stw_start = ts
+
+    def on_stw_end(self, e: EventTuple) -> None:
+        ts = e[0]
+        if self.stw_start < 0 and not e[6]:
+            return  # attached mid-STW and no kernel-side length: nothing known
+        self.stw_start = -1
+        for pp in self.procs.values():
+            if pp.state == P_GCSTOP:
+                state, goid = pp.after
+                self.p_to(pp, ts, state, goid)
+
+    def on_p_sample(self, e: EventTuple) -> None:
+        ts, _, p, m, g, a0, _a1 = e
+        if p < 0:
+            return
+        pp = self.proc(p, ts)
+        pp.m = m
+        pp.runq = (a0 >> 16) & 0xFFFFFFFF
+        status = self._p_status_map.get(a0 & 0xFF, P_UNKNOWN)
+        if self.hot:
+            # Exact events own the timeline, but no probe sees findRunnable give up (pidleput,
+            # stopm): a sample reading idle is the only news that a searching P went idle.
+            if status == P_IDLE and pp.state == P_SEARCHING:
+                self.p_to(pp, ts, P_IDLE, 0)
+            return
+        gstatus = (a0 >> 8) & 0xFF
+        goid = 0
+        if status == P_RUNNING:
+            if g == NO_G:
+                status = P_SEARCHING
+            elif gstatus == G_STATUS_SYSCALL:
+                status, goid = P_SYSCALL, g
+            else:
+                goid = g
+        elif status == P_SYSCALL:
+            goid = g
+        if status == -1:
+            return  # dead: beyond GOMAXPROCS
+        if status != pp.state or goid != pp.goid:
+            self.p_to(pp, ts, status, goid, self.account_samples)
+
+    def on_sched_sample(self, e: EventTuple) -> None:
+        a0 = e[5]
+        self.npidle = a0 & 0xFFFFFFFF
+        self.nmspinning = a0 >> 32
+        self.global_runq = e[6]
+
+    def section(self, at: View) -> dict[str, object]:
+        epoch = self.epoch
+        counts: dict[str, int] = {}
+        for gg in self.gs.values():
+            st = gg.state if gg.epoch == epoch else G_UNKNOWN
+            name = _GSTATES[st].name.lower()
+            counts[name] = counts.get(name, 0) + 1
+        v = self.violations
+        return {
+            "global_runq": self.global_runq,
+            "npidle": self.npidle,
+            "nmspinning": self.nmspinning,
+            "goroutines_live": len(self.gs) + self.evicted_live,
+            "g_state_counts": dict(sorted(counts.items())),
+            "illegal_transitions": sum(v),
+            "violations": dict(zip(VIOLATION_NAMES, v, strict=True)),
+            "unseen_wakes": self.unseen_wakes,
+        }
+
+
+def p_status_decoder(names: tuple[str, ...]) -> dict[int, int]:
+    to_state = {
+        "idle": P_IDLE,
+        "running": P_RUNNING,
+        "syscall": P_SYSCALL,
+        "gcstop": P_GCSTOP,
+        "dead": -1,
+    }
+    table = names if names else P_SAMPLE_STATUS_NAMES
+    return {
+        i: to_state.get(n[2:] if n.startswith("_P") else n, P_UNKNOWN)
+        for i, n in enumerate(table)
+    }

@@ -1,0 +1,129 @@
+"""The Snapshot, built from the model's parts: each part fills its own fields (its
+``section``); what spans parts (a P's row: its state, its latency, its steals; the goroutine
+table) is put together here."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from gmpmon.model.part import View
+from gmpmon.model.sched import (
+    G_DEAD,
+    G_UNKNOWN,
+    P_GCSTOP,
+    P_IDLE,
+    P_RUNNING,
+    P_SEARCHING,
+    P_SYSCALL,
+    P_UNKNOWN,
+    G,
+)
+from gmpmon.model.snapshot import GoroutineView, GState, ProcView, PState, Snapshot, Span
+
+if TYPE_CHECKING:
+    from gmpmon.model.core import Model
+
+_PSTATES = tuple(PState)
+_GSTATES = tuple(GState)
+
+
+def build(model: Model) -> Snapshot:
+    now = max(model.applied_ts, 0)
+    start = max(model.first_ts, 0)
+    at = View(now=now, start=start, cutoff=now - model.window_ns)
+    fields: dict[str, Any] = {}
+    for part in model.parts:
+        fields.update(part.section(at))
+    fields["procs"] = procs(model, at)
+    fields["goroutines"] = goroutines(model)
+    fields["sources"] = {c.name: c.source for part in model.parts for c in part.sources()}
+    hdr = model.header
+    return Snapshot(
+        now=now,
+        start=start,
+        pid=hdr.pid,
+        exe=hdr.exe,
+        go_version=hdr.go_version,
+        gomaxprocs=hdr.gomaxprocs,
+        mode=hdr.mode,
+        window=model.window,
+        events_total=model.events_total,
+        events_lost=model.events_lost,
+        event_rate=model.event_rate(),
+        window_ns=model.window_ns,
+        windows=model.windows,
+        windows_covered_ns=model.covered_ns(now, start),
+        late_events=model.late_events,
+        **fields,
+    )
+
+
+def procs(model: Model, at: View) -> tuple[ProcView, ...]:
+    sched, latency = model.sched, model.latency
+    steals_in: dict[int, int] = {}
+    steals_out: dict[int, int] = {}
+    for (thief, victim), (_a, _o, gs) in model.steals.matrix().items():
+        steals_in[thief] = steals_in.get(thief, 0) + gs
+        steals_out[victim] = steals_out.get(victim, 0) + gs
+    now, keep = at.now, model.snapshot_spans - 1
+    out = []
+    for pid in sorted(sched.procs):
+        pp = sched.procs[pid]
+        times = list(pp.times)
+        tl = pp.timeline
+        last = list(itertools.islice(tl, max(0, len(tl) - keep), None)) if keep > 0 else []
+        spans = [Span(s, t, _PSTATES[st], gid) for s, t, st, gid in last if t >= at.cutoff]
+        if pp.state != P_UNKNOWN and now > pp.since:
+            if pp.exact:
+                times[pp.state] += now - pp.since
+            spans.append(Span(pp.since, now, _PSTATES[pp.state], pp.goid))
+        out.append(
+            ProcView(
+                id=pid,
+                state=_PSTATES[pp.state],
+                goid=pp.goid,
+                m=pp.m,
+                runq=pp.runq,
+                running_ns=times[P_RUNNING],
+                idle_ns=times[P_IDLE],
+                spinning_ns=times[P_SEARCHING],
+                syscall_ns=times[P_SYSCALL],
+                gcstop_ns=times[P_GCSTOP],
+                executes=pp.executes,
+                steals_in=steals_in.get(pid, 0),
+                steals_out=steals_out.get(pid, 0),
+                latency=latency.of_p(pp),
+                timeline=tuple(spans),
+            )
+        )
+    return tuple(out)
+
+
+def goroutines(model: Model) -> tuple[GoroutineView, ...]:
+    sched, n = model.sched, model.goroutine_view
+    recent = heapq.nlargest(n, sched.gs.values(), key=_since_goid)
+    views = [gview(model, gg) for gg in recent]
+    room = n - len(views)
+    if room > 0:
+        views.extend(gview(model, gg) for gg in list(sched.dead)[::-1][:room])
+    return tuple(views)
+
+
+def gview(model: Model, gg: G) -> GoroutineView:
+    st = gg.state if gg.epoch == model.sched.epoch or gg.state == G_DEAD else G_UNKNOWN
+    return GoroutineView(
+        goid=gg.goid,
+        state=_GSTATES[st],
+        p=gg.p,
+        wait_reason=model.ctx.reason_name(gg.reason) if gg.reason >= 0 else "",
+        since=gg.since,
+        parent=gg.parent,
+        executes=gg.executes,
+        wait_ns=gg.wait_ns,
+    )
+
+
+def _since_goid(gg: G) -> tuple[int, int]:
+    return (gg.since, gg.goid)

@@ -1,0 +1,91 @@
+"""Blocking waits: sync.Mutex contention (lockSlow) and semaphore waits (semacquire1:
+RWMutex, WaitGroup, ...), by kind, by stack and (sync.Mutex) by lock address.
+
+Each wait arrives as MUTEX_ADDR (which lock, which LockKind) then MUTEX (how long, from
+which stack) for the same goroutine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gmpmon.events import EventTuple, Kind, LockKind
+from gmpmon.model.part import Context, Handler, Part, add_row
+from gmpmon.model.snapshot import LOCK_KIND_NAMES, MutexStack
+
+LOCK_MUTEX = int(LockKind.MUTEX)
+UNKNOWN_STACK = ("[unknown stack]",)
+
+
+def lock_kind_name(kind: int) -> str:
+    return LOCK_KIND_NAMES.get(kind, f"lockkind({kind})")
+
+
+class Waits(Part):
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.mutex_contentions = 0
+        self.mutex_wait_ns = 0
+        self.by_stack: dict[int, list[int]] = {}  # sync.Mutex: stack id -> [n, ns]
+        self.by_addr: dict[int, list[int]] = {}  # sync.Mutex: lock address -> [n, ns]
+        self.addr_of_g: dict[int, tuple[int, int]] = {}  # goid -> (addr, LockKind)
+        self.by_kind: dict[int, list[int]] = {}  # LockKind -> [count, ns]
+        self.other_by_stack: dict[tuple[int, int], list[int]] = {}  # (kind, stack) -> [n, ns]
+
+    def handlers(self) -> Iterable[tuple[int, Handler]]:
+        return (
+            (Kind.MUTEX_ADDR, self.on_mutex_addr),
+            (Kind.MUTEX, self.on_mutex),
+            (Kind.GO_EXIT, self.on_go_exit),
+        )
+
+    def reset(self, ts: int) -> None:
+        self.addr_of_g.clear()
+
+    def on_go_exit(self, e: EventTuple) -> None:
+        self.addr_of_g.pop(e[4], None)
+
+    def on_mutex_addr(self, e: EventTuple) -> None:
+        self.addr_of_g[e[4]] = (e[5], e[6])
+
+    def on_mutex(self, e: EventTuple) -> None:
+        _ts, _, _p, _m, g, a0, a1 = e
+        addr, kind = self.addr_of_g.pop(g, (-1, LOCK_MUTEX))
+        add_row(self.by_kind, kind, 1, a0)
+        if kind != LOCK_MUTEX:
+            # RWMutex and semaphore waits (semacquire1): kept apart, so that "mutex" stays
+            # sync.Mutex contention only.
+            key = (kind, a1)
+            wrow = self.other_by_stack.get(key)
+            if wrow is None:
+                self.other_by_stack[key] = [1, a0]
+            else:
+                wrow[0] += 1
+                wrow[1] += a0
+            return
+        self.mutex_contentions += 1
+        self.mutex_wait_ns += a0
+        add_row(self.by_stack, a1, 1, a0)
+        if addr >= 0:
+            add_row(self.by_addr, addr, 1, a0)
+
+    def section(self, at: object) -> dict[str, object]:
+        stacks = self.ctx.stacks
+        mutex = [MutexStack(stacks.get(sid, UNKNOWN_STACK), c, w)
+                 for sid, (c, w) in self.by_stack.items()]
+        mutex.sort(key=lambda s: (-s.wait_ns, -s.count, s.stack))
+        other = [
+            MutexStack(stacks.get(sid, UNKNOWN_STACK), c, w, lock_kind_name(k))
+            for (k, sid), (c, w) in self.other_by_stack.items()
+        ]
+        other.sort(key=lambda s: (-s.wait_ns, -s.count, s.kind, s.stack))
+        return {
+            "mutex_contentions": self.mutex_contentions,
+            "mutex_wait_ns": self.mutex_wait_ns,
+            "mutex_stacks": tuple(mutex),
+            "mutex_by_addr": {a: (r[0], r[1]) for a, r in sorted(self.by_addr.items())},
+            "waits_by_kind": {
+                lock_kind_name(k): (r[0], r[1]) for k, r in sorted(self.by_kind.items())
+            },
+            "wait_stacks": tuple(other),
+        }
