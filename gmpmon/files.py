@@ -1,9 +1,15 @@
-"""Creating output files safely: 0600, never through a symlink, checked before any work."""
+"""Creating output files safely: 0600, never through a symlink, checked before any work.
+
+Every file gmpmon writes goes through here (recordings, exports, the TUI's snapshots of
+stacks): the layer below everything that writes files.
+"""
 
 from __future__ import annotations
 
 import os
 import stat
+import time
+from pathlib import Path
 from typing import BinaryIO
 
 from gmpmon.errors import OutputPathError
@@ -49,3 +55,31 @@ def open_private(path: str) -> BinaryIO:
             raise OutputPathError(f"{path}: {e.strerror}") from None
         return os.fdopen(fd, "wb", buffering=0)
     raise OutputPathError(f"{path}: keeps reappearing; refusing to write")
+
+
+def unique_path(directory: Path, stem: str, suffix: str) -> Path:
+    """``directory/stem-YYYYmmdd-HHMMSS[-n]suffix`` that does not exist yet."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = directory / f"{stem}-{stamp}{suffix}"
+    n = 1
+    while path.exists():
+        path = directory / f"{stem}-{stamp}-{n}{suffix}"
+        n += 1
+    return path
+
+
+def write_new_private(directory: Path, stem: str, suffix: str, data: bytes) -> Path:
+    """Write ``data`` to a new file (unique_path) readable by its owner only (stacks can
+    name internals); never replaces anything."""
+    while True:
+        path = unique_path(directory, stem, suffix)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise OutputPathError(f"{path}: {e.strerror}") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return path

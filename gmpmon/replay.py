@@ -21,6 +21,7 @@ from gmpmon.events import Batch, EventTuple, Header
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.record import FrameInfo, Recording, read_recording
+from gmpmon.source import SourceStatus
 
 _TS = itemgetter(0)
 
@@ -137,6 +138,10 @@ class ReplaySource:
         else:
             state = f"playing x{self.speed:g}"
         return f"replay {where} {state}"
+
+    def state(self) -> SourceStatus:
+        return SourceStatus(line=self.status(), live=False, finished=self._at_end,
+                            error=str(self.error) if self.error is not None else "")
 
     # --- SeekControl ---------------------------------------------------------------------
 

@@ -18,13 +18,14 @@ from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.capture import Capture
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL
 from gmpmon.capture.pipeline import thin
-from gmpmon.capture.sampler import check_layout
+from gmpmon.capture.sampler import check_layout, gate_table_offsets
 from gmpmon.capture.triggers import TriggerSpec
 from gmpmon.dumps import DumpKeeper
 from gmpmon.events import Batch, Header, Stage
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.record import RecordingWriter
+from gmpmon.source import Cost, DutyCycle, InputState, SourceStatus
 
 SNAPSHOT_EVERY_S = 0.25
 CUT_AFTER_S = 0.3
@@ -157,6 +158,42 @@ class LiveSession:
                 f"{self.capture.period_ns // 1_000_000}ms"
             )
         return "attached"
+
+    def state(self) -> SourceStatus:
+        cap = self.capture
+        duty = None
+        if cap.mode == "default":
+            duty = DutyCycle(cap.window_ns // 1_000_000, cap.period_ns // 1_000_000, cap.hot_on)
+        return SourceStatus(
+            line=self.status(),
+            live=True,
+            target_exited=cap.target_exited,
+            exit_reason=(cap.exit_reason or "exited") if cap.target_exited else "",
+            finished=self.finished.is_set(),
+            error=str(self.error) if self.error is not None else "",
+            inputs=tuple(InputState(*i) for i in cap.inputs()),
+            notes=tuple(cap.notes()),
+            duty=duty,
+            cost=self._cost(),
+        )
+
+    def _cost(self) -> Cost | None:
+        """The budget controller's view (default mode), as the source status carries it."""
+        cs = self.capture.hotctl.status if self.capture.hotctl else None
+        if cs is None:
+            return None
+        return Cost(overhead=cs.recent_pct / 100, budget=cs.budget_pct / 100,
+                    state=f"{cs.windows} windows, {cs.cut_short} cut short",
+                    detail=cs.header_text())
+
+    def target_started(self, load_bias: int | None = None) -> None:
+        """`gmpmon run`: the target has exec'd. Tell the probes where a PIE's globals are,
+        and start what reads its memory (only now: a handle opened before the exec would
+        show the old address space)."""
+        if load_bias is not None:
+            self.capture.set_load_bias(load_bias)
+        gate_table_offsets(self.capture.info, self.pid, starting=True)
+        self.capture.start_sampler()
 
     def start(self) -> None:
         """Attach (raises a GmpmonError when it cannot) and start modelling."""

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import threading
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -25,6 +23,7 @@ from textual.reactive import reactive
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from gmpmon.export.folded import FoldedExporter
+from gmpmon.files import unique_path, write_new_private
 from gmpmon.model.delta import since
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.source import RecordingControl, SeekControl, SnapshotSource
@@ -176,8 +175,9 @@ class GmpmonApp(App[None]):
     # -- polling (worker thread: only reads the source and posts messages) ---------------
     def _poll_once(self) -> SnapshotReady:
         position = self.seek.position() if self.seek is not None else None
-        ended = self.source.live and bool(getattr(self.source, "target_exited", False))
-        return SnapshotReady(self.source.latest(), self.source.status(), position, ended)
+        state = self.source.state()
+        ended = state.live and state.target_exited
+        return SnapshotReady(self.source.latest(), state.line, position, ended)
 
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
     def _poll_source(self) -> None:
@@ -394,8 +394,9 @@ class GmpmonApp(App[None]):
             self.notify("no contended mutex stacks to export yet", severity="warning")
             return
         try:
-            path = write_private(
-                Path(self.export_dir), f"gmpmon-{self.source.header.pid}-mutex", ".folded", text
+            path = write_new_private(
+                Path(self.export_dir), f"gmpmon-{self.source.header.pid}-mutex", ".folded",
+                text.encode(),
             )
         except OSError as e:
             self.notify(f"export failed: {e}", severity="error")
@@ -432,29 +433,6 @@ class GmpmonApp(App[None]):
         if not self.source_closed:
             self.source_closed = True
             self.source.close()
-
-
-def unique_path(directory: Path, stem: str, suffix: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = directory / f"{stem}-{stamp}{suffix}"
-    n = 1
-    while path.exists():
-        path = directory / f"{stem}-{stamp}-{n}{suffix}"
-        n += 1
-    return path
-
-
-def write_private(directory: Path, stem: str, suffix: str, text: str) -> Path:
-    """Write ``text`` to a new file readable by its owner only (stacks can name internals)."""
-    while True:
-        path = unique_path(directory, stem, suffix)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        return path
 
 
 def make_app(source: SnapshotSource, *, refresh_hz: float = 4.0,

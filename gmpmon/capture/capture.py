@@ -140,6 +140,42 @@ class Capture:
         if not self.defer_sampler:
             self.start_sampler()
 
+    @property
+    def hot_on(self) -> bool:
+        """The hot probes are attached right now."""
+        return self._hot_on
+
+    def inputs(self) -> list[tuple[str, str, str]]:
+        """(name, state, detail) of each input: what gmpmon.source.InputState reports."""
+        hot, cold = len(self.plan.hot), len(self.plan.cold)
+        if self.mode == "sample":
+            probes = ("on", f"{cold} cold sites (sample mode: no hot probes)")
+        elif self.mode == "default":
+            probes = ("windowed", f"{hot} hot sites duty-cycled, {cold} cold sites")
+        else:
+            probes = ("on", f"{hot} hot and {cold} cold sites")
+        if self.mode == "full":
+            sampler = ("off", "full mode reads no scheduler state from memory")
+        elif self.sampler is not None:
+            sampler = ("on", "")
+        elif self.sampler_error:
+            sampler = ("failed", self.sampler_error)
+        else:
+            sampler = ("deferred", "starts when the target has exec'd")
+        runtime = ("on", "") if self.runtime is not None else ("off", "")
+        rows = [("probes", *probes), ("sampler", *sampler), ("runtime", *runtime)]
+        active = self.kernel.active
+        for k in self.kernel.which:
+            name = "perf samples" if k == "samples" else f"tracepoints:{k}"
+            rows.append((name, "on" if k in active else "off", ""))
+        return rows
+
+    def notes(self) -> list[str]:
+        """One line each about an input that was left out or turned off (said once, at
+        start, by the headless printer)."""
+        out = list(self.runtime.errors) if self.runtime is not None else []
+        return out + list(self.kernel.notes)
+
     def set_load_bias(self, bias: int) -> None:
         """`run` of a PIE: the load bias is known only after exec."""
         if bias != self.info.load_bias:

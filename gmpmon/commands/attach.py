@@ -22,6 +22,7 @@ from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
 from gmpmon.files import check_output_path
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.session import LiveSession
+from gmpmon.source import FAILED
 
 EXAMPLES = """\
 examples:
@@ -231,14 +232,12 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
         + ")... Ctrl-C to end.",
         flush=True,
     )
-    if session.capture.runtime is not None:
-        for line in session.capture.runtime.errors:
-            print(f"gmpmon: {line}", file=sys.stderr)
-    for note in session.capture.kernel.notes:
+    state = session.state()
+    for note in state.notes:
         print(f"gmpmon: {note}", file=sys.stderr)
-    if session.capture.sampler_error and h.mode != "full":
-        print(f"gmpmon: no sampler ({session.capture.sampler_error}); probes only",
-              file=sys.stderr)
+    sampler = state.input("sampler")
+    if sampler is not None and sampler.state == FAILED:
+        print(f"gmpmon: no sampler ({sampler.detail}); probes only", file=sys.stderr)
     start = time.monotonic()
     deadline = start + args.duration if args.duration else None
     next_line = start + args.interval
@@ -256,7 +255,7 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
                 prev = snap
             next_line += args.interval
     if session.target_exited:
-        why = session.capture.exit_reason or "exited"
+        why = session.state().exit_reason or "exited"
         say(f"gmpmon: target {h.pid} {why}; writing what was captured")
 
 

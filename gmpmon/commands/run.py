@@ -98,7 +98,6 @@ def run(args: argparse.Namespace) -> int:
         raise TargetError(f"{cmd[0]}: command not found")
     exe = os.path.abspath(exe)
     from gmpmon.binary import load
-    from gmpmon.capture.sampler import gate_table_offsets
 
     info = load(exe)
     pid, go_fd, exec_fd = spawn_stopped([exe, *cmd[1:]])
@@ -121,14 +120,14 @@ def run(args: argparse.Namespace) -> int:
                 err = os.read(exec_fd, 4096)
                 if err:
                     raise TargetError(f"{cmd[0]}: {err.decode(errors='replace')}")
+                bias = None
                 if info.pie:
                     from gmpmon.binary.elf import Elf
                     from gmpmon.binary.load import read_file
                     from gmpmon.binary.target import load_bias
 
-                    session.capture.set_load_bias(load_bias(pid, Elf(read_file(exe), exe), exe))
-                gate_table_offsets(session.capture.info, pid, starting=True)
-                session.capture.start_sampler()
+                    bias = load_bias(pid, Elf(read_file(exe), exe), exe)
+                session.target_started(bias)
                 forward = _Forwarder(pid, stop)
                 forward.start()
                 try:

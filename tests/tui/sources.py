@@ -7,12 +7,14 @@ import threading
 
 from gmpmon.events import Header
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.source import SourceStatus
 
 
 class ListSource:
     """Serves ``snapshots[i]``; ``advance()`` moves to the next one (a live source ticking)."""
 
     live = True
+    target_exited = False
 
     def __init__(self, header: Header, snapshots: list[Snapshot]) -> None:
         self.header = header
@@ -36,6 +38,9 @@ class ListSource:
 
     def status(self) -> str:
         return "attached"
+
+    def state(self) -> SourceStatus:
+        return SourceStatus(line=self.status(), live=self.live, target_exited=self.target_exited)
 
     # RecordingControl
     def start_recording(self, path: str) -> None:
