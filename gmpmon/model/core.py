@@ -153,7 +153,7 @@ class Model:
             recent_dead=recent_dead, max_spans=self.max_spans, on_span=on_span,
             findings=self.findings,
         )
-        self.latency.sched = self.sched
+        self.latency.proc = self.sched.proc
         self.parts: list[Part] = [self.sched, self.latency, self.parks]
         self.parts += [make(self.ctx) for make in PARTS]
         self.steals = next(p for p in self.parts if isinstance(p, Steals))

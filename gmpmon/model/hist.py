@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 
 from gmpmon.events import LAT_BUCKETS, LAT_SUB, lat_bucket_lo
-from gmpmon.model.snapshot import LatencyStats
+from gmpmon.model.values import LatencyStats
 
 
 def _lo(i: int) -> int:

@@ -7,16 +7,22 @@ chooses. Per-P histograms live on the state machine's P objects (``P.lat*``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from gmpmon.events import LAT_BUCKETS, Counter, EventTuple
 from gmpmon.model import hist as h
 from gmpmon.model.part import Context, Counted, Handler, Part
 from gmpmon.model.snapshot import LatencyStats
 
-if TYPE_CHECKING:
-    from gmpmon.model.sched import P, Sched
+
+class P(Protocol):
+    """The latency fields of the state machine's P (gmpmon.model.sched.P)."""
+
+    lat: list[int]
+    lat_sum: int
+    lat_max: int
+    lat_counter: list[int]
 
 
 class Latency(Part):
@@ -27,7 +33,8 @@ class Latency(Part):
         self.max = 0
         # key = wake << 20 | (P + 1): [max, sum, histogram]; from events only
         self.by_wake: dict[int, list[Any]] = {}
-        self.sched: Sched | None = None  # set by the model: COUNTERs name Ps
+        # set by the model: the state machine's P of an id (COUNTERs name Ps)
+        self.proc: Callable[[int, int], P] | None = None
 
     def add(self, lat: int, b: int, wake: int, p: int, pp: P | None) -> None:
         """One ready -> execute latency of ``lat`` ns (bucket ``b``), woken by ``wake``."""
@@ -57,8 +64,8 @@ class Latency(Part):
         self.hist.seen = True
         if 0 <= key < LAT_BUCKETS:
             self.hist.kernel[key] += delta
-            if p >= 0 and self.sched is not None:
-                self.sched.proc(p, e[0]).lat_counter[key] += delta
+            if p >= 0 and self.proc is not None:
+                self.proc(p, e[0]).lat_counter[key] += delta
 
     def sources(self) -> Iterable[Counted[Any]]:
         return (self.hist,)

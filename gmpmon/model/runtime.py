@@ -25,7 +25,7 @@ from gmpmon.events import (
     RtTotal,
 )
 from gmpmon.model.part import Context, Part
-from gmpmon.model.snapshot import LatencyStats
+from gmpmon.model.values import LatencyStats
 
 SOURCE_COUNTERS = "runtime counters"
 SOURCE_CENSUS = "census"

@@ -9,10 +9,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gmpmon.model.runtime import RuntimeView
+# The value types the parts' sections are made of live below the Snapshot (values.py), and
+# each part's section type in the part's module: a Snapshot field per part, no cycle.
+from gmpmon.model.runtime import RuntimeView
+from gmpmon.model.values import LatencyStats
+
+__all__ = [
+    "LOCK_KIND_NAMES",
+    "GState",
+    "GoroutineView",
+    "LatencyStats",
+    "MutexStack",
+    "PState",
+    "ParkReason",
+    "ProcView",
+    "RuntimeView",
+    "Snapshot",
+    "Span",
+    "StealStats",
+    "same_content",
+]
 
 from gmpmon.findings.types import Attribution, CgroupCpu, Finding
 from gmpmon.model.cost import CostSummary
@@ -45,17 +62,6 @@ class Span:
     end: int  # == Snapshot.now for the still-open span
     state: PState
     goid: int = 0  # for RUNNING / SYSCALL
-
-
-@dataclass(frozen=True, slots=True)
-class LatencyStats:
-    count: int = 0
-    p50: int = 0
-    p90: int = 0
-    p99: int = 0
-    max: int = 0
-    sum: int = 0
-    histogram: tuple[tuple[int, int], ...] = ()  # (bucket lower bound ns, count), nonzero only
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from gmpmon.model.part import View
+from gmpmon.events import Header
+from gmpmon.model.latency import Latency
+from gmpmon.model.part import Context, Part, View
 from gmpmon.model.sched import (
     G_DEAD,
     G_UNKNOWN,
@@ -19,17 +21,44 @@ from gmpmon.model.sched import (
     P_SYSCALL,
     P_UNKNOWN,
     G,
+    Sched,
 )
 from gmpmon.model.snapshot import GoroutineView, GState, ProcView, PState, Snapshot, Span
+from gmpmon.model.steals import Steals
 
-if TYPE_CHECKING:
-    from gmpmon.model.core import Model
+
+class Modelled(Protocol):
+    """What the view reads of the model (gmpmon.model.core.Model)."""
+
+    header: Header
+    ctx: Context
+    parts: list[Part]
+    sched: Sched
+    latency: Latency
+    steals: Steals
+    window_ns: int
+    snapshot_spans: int
+    goroutine_view: int
+    applied_ts: int
+    first_ts: int
+    events_total: int
+    events_lost: int
+    late_events: int
+    windows: int
+
+    @property
+    def window(self) -> str: ...
+
+    def covered_ns(self, now: int, start: int) -> int: ...
+
+    def event_rate(self) -> float: ...
+
 
 _PSTATES = tuple(PState)
 _GSTATES = tuple(GState)
 
 
-def build(model: Model) -> Snapshot:
+def build(model: Modelled) -> Snapshot:
     now = max(model.applied_ts, 0)
     start = max(model.first_ts, 0)
     at = View(now=now, start=start, cutoff=now - model.window_ns)
@@ -60,7 +89,7 @@ def build(model: Model) -> Snapshot:
     )
 
 
-def procs(model: Model, at: View) -> tuple[ProcView, ...]:
+def procs(model: Modelled, at: View) -> tuple[ProcView, ...]:
     sched, latency = model.sched, model.latency
     steals_in: dict[int, int] = {}
     steals_out: dict[int, int] = {}
@@ -101,7 +130,7 @@ def procs(model: Model, at: View) -> tuple[ProcView, ...]:
     return tuple(out)
 
 
-def goroutines(model: Model) -> tuple[GoroutineView, ...]:
+def goroutines(model: Modelled) -> tuple[GoroutineView, ...]:
     sched, n = model.sched, model.goroutine_view
     recent = heapq.nlargest(n, sched.gs.values(), key=_since_goid)
     views = [gview(model, gg) for gg in recent]
@@ -111,7 +140,7 @@ def goroutines(model: Model) -> tuple[GoroutineView, ...]:
     return tuple(views)
 
 
-def gview(model: Model, gg: G) -> GoroutineView:
+def gview(model: Modelled, gg: G) -> GoroutineView:
     st = gg.state if gg.epoch == model.sched.epoch or gg.state == G_DEAD else G_UNKNOWN
     return GoroutineView(
         goid=gg.goid,
