@@ -8,8 +8,8 @@ This module owns what is about the stream rather than the scheduler:
 
 - Events are applied in timestamp order: a batch is merged into a small pending buffer and
   only events older than (newest - reorder_ns) are applied; ``flush()`` drains the rest.
-- LOST, DROP (records capture itself dropped) and WINDOW reset the picture (every part's ``reset``; the state machine bumps its
-  epoch, so that every G learnt before is UNKNOWN again, in O(1)).
+- LOST, DROP (records capture itself dropped) and WINDOW reset the picture (every part's
+  ``reset``; the state machine bumps its epoch: every G learnt before is UNKNOWN again).
 - Duty-cycled capture (``default`` mode): kinds only hot probes emit (HOT_KINDS) are dropped
   between a WINDOW 0 and the next WINDOW 1.
 - In-kernel COUNTER events go to the part that owns their table (``Part.counters``); each

@@ -6,9 +6,8 @@ that a recording replays to the same ``cost`` in the summary as the live run had
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from gmpmon.events import EventTuple, Kind, Stage
 from gmpmon.model.part import Context, Handler, Part

@@ -12,6 +12,9 @@ from enum import IntEnum
 
 # The value types the parts' sections are made of live below the Snapshot (values.py), and
 # each part's section type in the part's module: a Snapshot field per part, no cycle.
+from gmpmon.findings.types import Attribution, CgroupCpu, Finding
+from gmpmon.model.cost import CostSummary
+from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import RuntimeView
 from gmpmon.model.values import LatencyStats
 
@@ -30,10 +33,6 @@ __all__ = [
     "StealStats",
     "same_content",
 ]
-
-from gmpmon.findings.types import Attribution, CgroupCpu, Finding
-from gmpmon.model.cost import CostSummary
-from gmpmon.model.kernelview import KernelView
 
 
 class PState(IntEnum):
