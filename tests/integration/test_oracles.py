@@ -141,14 +141,15 @@ def test_kernel_and_event_latency_histograms_are_the_same(tmp_path: Path, go: st
     assert p.returncode == 0, p.stderr[-2000:]
     m = replayed_model(rec)
     # Model internals on purpose: the snapshot shows only one of the two paths.
-    ev = hist.stats(m._lat, exact_max=m._lat_max, exact_sum=m._lat_sum)
-    kern = hist.stats(m._lat_counter)
+    lat = m.latency  # the latency part keeps both (part.Counted)
+    ev = hist.stats(lat.hist.events, exact_max=lat.max, exact_sum=lat.sum)
+    kern = hist.stats(lat.hist.kernel)
     for q in ("count", "p50", "p90", "p99"):
         print(f"sched latency {q}: events {getattr(ev, q)}, kernel {getattr(kern, q)}")
     assert ev.count >= 1000
     assert abs(ev.count - kern.count) <= ev.count // 1000
     assert (ev.p50, ev.p90, ev.p99) == (kern.p50, kern.p90, kern.p99)
-    diff = sum(abs(a - b) for a, b in zip(m._lat, m._lat_counter, strict=True))
+    diff = sum(abs(a - b) for a, b in zip(lat.hist.events, lat.hist.kernel, strict=True))
     print(f"sched latency: {diff} of {ev.count} samples differ by bucket (events vs kernel)")
     assert diff <= ev.count // 100, f"{diff} of {ev.count} samples in another bucket"
 
