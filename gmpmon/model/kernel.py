@@ -41,8 +41,8 @@ from gmpmon.model.kernelview import (
     ThreadView,
 )
 from gmpmon.model.part import Context, Handler, Part, View
-from gmpmon.model.values import PState, Span
 from gmpmon.model.validation import validation_failure
+from gmpmon.model.values import PState, Span
 from gmpmon.syscalls import syscall_name
 
 SAMPLE_HZ = 999  # capture's default (gmpmon/capture/perfsample.py)

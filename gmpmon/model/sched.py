@@ -80,11 +80,8 @@ _FROM = {int(k): v[0] for k, v in LEGAL_G.items()}
 _FROM_EXECUTE, _FROM_PARK, _FROM_READY = _FROM[Kind.EXECUTE], _FROM[Kind.PARK], _FROM[Kind.READY]
 _P_FROM_EXECUTE = LEGAL_P[Kind.EXECUTE][0]
 K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
-K_SYSCALL_ENTER, K_SYSCALL_EXIT, K_PREEMPTED = (
-    int(Kind.SYSCALL_ENTER),
-    int(Kind.SYSCALL_EXIT),
-    int(Kind.PREEMPTED),
-)
+K_SYSCALL_ENTER, K_SYSCALL_EXIT = int(Kind.SYSCALL_ENTER), int(Kind.SYSCALL_EXIT)
+K_PREEMPTED = int(Kind.PREEMPTED)
 
 # The runtime's _P* constants without the prefix (BinaryInfo.p_status, Header.p_status).
 # Recordings made before this spelling carry "_Pidle"...: the decoder strips the prefix.
@@ -587,13 +584,8 @@ class Sched(Part):
 
 
 def p_status_decoder(names: tuple[str, ...]) -> dict[int, int]:
-    to_state = {
-        "idle": P_IDLE,
-        "running": P_RUNNING,
-        "syscall": P_SYSCALL,
-        "gcstop": P_GCSTOP,
-        "dead": -1,
-    }
+    to_state = {"idle": P_IDLE, "running": P_RUNNING, "syscall": P_SYSCALL, "gcstop": P_GCSTOP,
+                "dead": -1}
     table = names if names else P_SAMPLE_STATUS_NAMES
     return {
         i: to_state.get(n[2:] if n.startswith("_P") else n, P_UNKNOWN)

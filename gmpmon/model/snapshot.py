@@ -8,7 +8,6 @@ monotonic ns (same clock as events).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from enum import IntEnum
 
 # The value types the parts' sections are made of live below the Snapshot (values.py), and
 # each part's section type in the part's module: a Snapshot field per part, no cycle.
@@ -16,7 +15,7 @@ from gmpmon.findings.types import Attribution, CgroupCpu, Finding
 from gmpmon.model.cost import CostSummary
 from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import RuntimeView
-from gmpmon.model.values import LatencyStats
+from gmpmon.model.values import GState, LatencyStats, PState, Span
 
 __all__ = [
     "LOCK_KIND_NAMES",
@@ -33,34 +32,6 @@ __all__ = [
     "StealStats",
     "same_content",
 ]
-
-
-class PState(IntEnum):
-    """What a P is doing, as the timeline shows it. Starts UNKNOWN (attached mid-flight)."""
-
-    UNKNOWN = 0
-    RUNNING = 1  # running goroutine ``goid`` of the span
-    SEARCHING = 2  # its M is in findRunnable looking for work (m.spinning or not)
-    IDLE = 3  # no M (pidleput) / parked M
-    SYSCALL = 4  # its G is in a syscall (P still attached, or being handed off)
-    GCSTOP = 5  # stopped for a stop-the-world
-
-
-class GState(IntEnum):
-    UNKNOWN = 0
-    RUNNABLE = 1
-    RUNNING = 2
-    WAITING = 3
-    SYSCALL = 4
-    DEAD = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Span:
-    start: int
-    end: int  # == Snapshot.now for the still-open span
-    state: PState
-    goid: int = 0  # for RUNNING / SYSCALL
 
 
 @dataclass(frozen=True, slots=True)
