@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from gmpmon import __version__
 from gmpmon.errors import GmpmonError
 
-COMMANDS = ("attach", "run", "replay", "export", "inspect", "doctor")
+COMMANDS = ("attach", "run", "replay", "export", "inspect", "doctor", "ps", "serve")
 
 EPILOG = """\
 examples:
@@ -26,6 +26,8 @@ examples:
   gmpmon export s.gmp --format folded -o mutex.folded
   gmpmon inspect ./server                  # Go version, symbols, offsets, probe sites
   sudo gmpmon doctor                       # can this machine attach?
+  sudo gmpmon ps                           # every Go process on this host (no probes)
+  sudo gmpmon serve --all                  # Prometheus metrics of them on 127.0.0.1:9464
 """
 
 

@@ -1,0 +1,122 @@
+"""`gmpmon serve`: a Prometheus exporter for the Go processes of this host, trap-free.
+
+Every watched process is read from its memory (the runtime's own counters, a goroutine
+census, P states with ``--per-p``) and its threads' schedstat: no probe, no trap, nothing
+the target pays per event. ``--all`` and ``--match`` follow processes as they start and
+exit (a rescan every 2 s); explicit pids are watched until they exit. Metrics and their
+labels: docs/fleet.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import sys
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+
+from gmpmon.errors import PermissionDenied, TargetError, UsageError
+from gmpmon.fleet.fleet import Fleet
+from gmpmon.fleet.metrics import families
+from gmpmon.fleet.server import parse_listen, serve_registry
+
+DEFAULT_LISTEN = "127.0.0.1:9464"
+
+EPILOG = """\
+examples:
+  sudo gmpmon serve --all                          # every Go process, on 127.0.0.1:9464
+  sudo gmpmon serve 1234 5678                      # these two
+  sudo gmpmon serve --match 'api|worker' --per-p   # by exe/command line, with P states
+  sudo gmpmon serve --all --listen 0.0.0.0:9464    # reachable from other hosts
+then scrape http://127.0.0.1:9464/metrics (docs/fleet.md has a scrape config).
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="export the scheduler metrics of Go processes to Prometheus (no probes)",
+        description="Serve Prometheus metrics of Go processes on this host, read from their "
+        "memory and the kernel's accounting: no probes.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("pids", metavar="PID", nargs="*", type=int, help="process ids to watch")
+    p.add_argument("--all", action="store_true", help="every Go process on the host")
+    p.add_argument("--match", metavar="REGEX",
+                   help="Go processes whose executable path or command line matches")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"address to serve /metrics on (default {DEFAULT_LISTEN}: loopback)")
+    p.add_argument("--per-p", action="store_true",
+                   help="also gmpmon_p_state_seconds_total{p,state} (P states sampled at 10 Hz)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S",
+                   help="seconds between reads of each process (default 1)")
+    p.add_argument("--census-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between goroutine censuses of each process (default 5; "
+                   "0 = none)")
+    p.set_defaults(func=run)
+
+
+class _Collector:
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def collect(self) -> list[Metric]:
+        readings, errors = self.fleet.readings()
+        return list(families(readings, errors))
+
+
+def run(args: argparse.Namespace) -> int:
+    chosen = sum((bool(args.pids), bool(args.all), args.match is not None))
+    if chosen != 1:
+        raise UsageError("say what to watch: PID..., --all or --match REGEX (one of them)")
+    if args.interval <= 0 or args.census_interval < 0:
+        raise UsageError("--interval must be > 0 and --census-interval >= 0")
+    match = None
+    if args.match is not None:
+        try:
+            match = re.compile(args.match)
+        except re.error as e:
+            raise UsageError(f"--match {args.match!r}: {e}") from e
+    host, port = parse_listen(args.listen)
+    if os.geteuid() != 0:
+        raise PermissionDenied("gmpmon serve reads other processes' memory",
+                               hint="run as root, as for attach")
+    fleet = Fleet(pids=tuple(args.pids), all_=args.all, match=match,
+                  interval_s=args.interval, census_s=args.census_interval, per_p=args.per_p)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(fleet))  # type: ignore[arg-type]
+    server = serve_registry(registry, host, port)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        fleet.start()
+        if args.pids and not fleet.watches:
+            raise TargetError("none of the given pids is a Go process that can be read")
+        what = ("every Go process" if args.all else
+                f"Go processes matching {args.match!r}" if match else
+                f"{len(fleet.watches)} process(es)")
+        print(f"Serving scheduler metrics of {what} on http://{host}:{server.server_port}"
+              "/metrics (no probes)... Ctrl-C to end.", flush=True)
+        while not stop.wait(0.5):
+            if fleet.wait(0):
+                break
+    finally:
+        server.shutdown()
+        server.server_close()
+        fleet.stop()
+    if fleet.error is not None:
+        print(f"gmpmon: serve stopped: {type(fleet.error).__name__}: {fleet.error}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,102 @@
+"""One look at a Go process's own counters over its whole life (for ``gmpmon ps``).
+
+Unlike a watch, which counts from when gmpmon started, this takes the runtime's cumulative
+values as they are: the scheduling-latency histogram since the process started, the
+goroutine count and GOMAXPROCS now. One validated read, no probe.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gmpmon.binary.validate import validate_layout
+from gmpmon.capture.runtime_counters import RuntimeCounters
+from gmpmon.capture.targetmem import TargetMemory
+from gmpmon.errors import GmpmonError
+from gmpmon.events import EventTuple, Kind, RtHist
+from gmpmon.fleet.discover import GoProcess
+from gmpmon.fleet.watch import InfoCache
+from gmpmon.model.runtime import hist_stats
+from gmpmon.session import read_gomaxprocs
+
+RT_SCHED = int(Kind.RT_SCHED)
+
+
+@dataclass(frozen=True, slots=True)
+class LifetimeStats:
+    proc: GoProcess
+    gomaxprocs: int | None
+    goroutines: int | None
+    latency_p99_ns: int | None  # lower bound of the bucket holding the p99
+    latency_samples: int | None
+    note: str = ""  # why something is missing
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.proc
+        return {
+            "pid": p.pid,
+            "ns_pid": p.ns_pid,
+            "container": p.container,
+            "exe": p.exe,
+            "go_version": p.go_version,
+            "uptime_s": round(p.uptime_s, 2),
+            "gomaxprocs": self.gomaxprocs,
+            "goroutines": self.goroutines,
+            "sched_latency_p99_ns": self.latency_p99_ns,
+            "sched_latency_samples": self.latency_samples,
+            "source": "runtime counters (memory reads, no probes)",
+            "note": self.note,
+        }
+
+
+def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
+    """The process's stats, or None when it exited while being read."""
+    try:
+        info = cache.get(proc)
+    except GmpmonError as e:
+        if not _alive(proc.pid):
+            return None
+        return LifetimeStats(proc, None, None, None, None, note=e.one_line())
+    try:
+        mem = TargetMemory(proc.pid)
+    except OSError:
+        return None
+    try:
+        layout = validate_layout(info, mem.read)
+        if not layout.ok:
+            if not _alive(proc.pid):
+                return None
+            return LifetimeStats(proc, None, None, None, None, note=layout.line)
+        counters = RuntimeCounters(info, mem)
+        out: list[EventTuple] = []
+        counters.read(time.monotonic_ns(), out)
+        goroutines = next((e[4] for e in out if e[1] == RT_SCHED), None)
+        counts = counters.lifetime_hist(RtHist.TIME_TO_RUN)
+        p99 = samples = None
+        if counts is not None:
+            st = hist_stats(list(counts))
+            samples = st.count
+            p99 = st.p99 if st.count else None
+        notes = [counters.missing[f] for f in sorted(counters.missing)]
+        return LifetimeStats(
+            proc,
+            gomaxprocs=read_gomaxprocs(info, proc.pid),
+            goroutines=goroutines,
+            latency_p99_ns=p99,
+            latency_samples=samples,
+            note="; ".join(notes[:1]),
+        )
+    except OSError:
+        if not _alive(proc.pid):
+            return None
+        return LifetimeStats(proc, None, None, None, None, note="memory unreadable")
+    finally:
+        mem.close()
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    return os.path.exists(f"/proc/{pid}")

@@ -1,0 +1,175 @@
+"""Prometheus metric families from process readings. Pure: no /proc, no sockets.
+
+Conventions (https://prometheus.io/docs/practices/naming/): base units in the names
+(seconds), ``_total`` on counters (prometheus-client adds it to a CounterMetricFamily), and
+only bounded label values: pid, exe basename, Go version, container (cgroup path), and per P
+the P id (bounded by GOMAXPROCS) and its state. A goroutine id is never a label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from gmpmon.fleet.discover import GoProcess
+
+LABELS = ("pid", "exe", "go_version", "container")
+
+# The runtime's timeHistogram has 160 (1.21+) or 720 (1.19) buckets; Prometheus series
+# should be few. These boundaries (seconds) are a subset of the runtime's own bucket edges
+# (powers of two of ns, which every layout has as edges), so re-bucketing is exact.
+LATENCY_LE_NS: tuple[int, ...] = tuple(1 << k for k in range(10, 31, 2))  # 1.02 µs .. 1.07 s
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyHistogram:
+    """Cumulative scheduling-latency counts: counts[i] = samples <= LATENCY_LE_NS[i]."""
+
+    le_counts: tuple[int, ...]
+    count: int
+    sum_s: float  # estimated from bucket midpoints: the runtime keeps no sum
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessReading:
+    """What one scrape says about one Go process; None = not measured for this process."""
+
+    proc: GoProcess
+    up: bool
+    gomaxprocs: int | None = None
+    goroutines: int | None = None
+    goroutines_by_state: dict[str, int] | None = None
+    latency: LatencyHistogram | None = None
+    syscalls_total: int | None = None
+    handoffs_total: int | None = None
+    gc_stw_seconds_total: float | None = None
+    mutex_wait_seconds_total: float | None = None
+    kernel_runq_delay_seconds_total: float | None = None
+    oncpu_seconds_total: float | None = None
+    p_state_seconds: dict[tuple[int, str], float] | None = None
+    findings: tuple[tuple[str, str], ...] | None = None  # (id, severity)
+    missing: tuple[str, ...] = field(default=())
+
+
+def _labels(p: GoProcess) -> list[str]:
+    return [str(p.pid), p.exe_name, p.go_version, p.container]
+
+
+def families(readings: Iterable[ProcessReading], scrape_errors: int = 0) -> Iterator[Metric]:
+    rs = list(readings)
+    up = GaugeMetricFamily(
+        "gmpmon_up", "1 if gmpmon could read the Go process at this scrape, else 0",
+        labels=LABELS,
+    )
+    procs = GaugeMetricFamily("gmpmon_gomaxprocs", "GOMAXPROCS of the Go process",
+                              labels=LABELS)
+    gor = GaugeMetricFamily(
+        "gmpmon_goroutines",
+        "Goroutines by state (goroutine census of runtime.allgs; state=\"all\": what "
+        "runtime.NumGoroutine counts, from the runtime's own counters)",
+        labels=[*LABELS, "state"],
+    )
+    lat = HistogramMetricFamily(
+        "gmpmon_sched_latency_seconds",
+        "Runnable-to-running latency from the runtime's own histogram (sched.timeToRun, "
+        "about 1 in 8 transitions sampled by the runtime), since gmpmon started watching",
+        labels=LABELS,
+    )
+    sysc = CounterMetricFamily(
+        "gmpmon_syscalls", "Syscalls made by goroutines (sum of per-P syscalltick deltas)",
+        labels=LABELS,
+    )
+    hand = CounterMetricFamily(
+        "gmpmon_handoffs", "Ps handed off from Ms blocked in syscalls (handoffp probe)",
+        labels=LABELS,
+    )
+    stw = CounterMetricFamily(
+        "gmpmon_gc_stw_seconds", "Time the world was stopped for GC, as the runtime counts it",
+        labels=LABELS,
+    )
+    mutex = CounterMetricFamily(
+        "gmpmon_mutex_wait_seconds",
+        "Time goroutines spent blocked on sync.Mutex/RWMutex (runtime totalMutexWaitTime)",
+        labels=LABELS,
+    )
+    runq = CounterMetricFamily(
+        "gmpmon_kernel_runq_delay_seconds",
+        "Time the process's threads (Ms) waited on a kernel run queue, runnable but not "
+        "running (/proc/PID/task/*/schedstat): CPU contention from outside Go",
+        labels=LABELS,
+    )
+    cpu = CounterMetricFamily(
+        "gmpmon_oncpu_seconds", "Time the process's threads ran on a CPU (schedstat)",
+        labels=LABELS,
+    )
+    pst = CounterMetricFamily(
+        "gmpmon_p_state_seconds",
+        "Time each P spent in each state, from samples of the P's status in memory",
+        labels=[*LABELS, "p", "state"],
+    )
+    fnd = GaugeMetricFamily(
+        "gmpmon_findings", "Scheduler findings currently raised (1 per finding)",
+        labels=[*LABELS, "id", "severity"],
+    )
+    for r in rs:
+        lb = _labels(r.proc)
+        up.add_metric(lb, 1.0 if r.up else 0.0)
+        if not r.up:
+            continue
+        if r.gomaxprocs is not None:
+            procs.add_metric(lb, r.gomaxprocs)
+        if r.goroutines is not None:
+            gor.add_metric([*lb, "all"], r.goroutines)
+        for state, n in sorted((r.goroutines_by_state or {}).items()):
+            gor.add_metric([*lb, state], n)
+        if r.latency is not None:
+            h = r.latency
+            buckets = [(_le(le), float(c)) for le, c in zip(LATENCY_LE_NS, h.le_counts,
+                                                             strict=True)]
+            buckets.append(("+Inf", float(h.count)))
+            lat.add_metric(lb, buckets, sum_value=h.sum_s)
+        if r.syscalls_total is not None:
+            sysc.add_metric(lb, r.syscalls_total)
+        if r.handoffs_total is not None:
+            hand.add_metric(lb, r.handoffs_total)
+        if r.gc_stw_seconds_total is not None:
+            stw.add_metric(lb, r.gc_stw_seconds_total)
+        if r.mutex_wait_seconds_total is not None:
+            mutex.add_metric(lb, r.mutex_wait_seconds_total)
+        if r.kernel_runq_delay_seconds_total is not None:
+            runq.add_metric(lb, r.kernel_runq_delay_seconds_total)
+        if r.oncpu_seconds_total is not None:
+            cpu.add_metric(lb, r.oncpu_seconds_total)
+        for (p, state), s in sorted((r.p_state_seconds or {}).items()):
+            pst.add_metric([*lb, str(p), state], s)
+        for fid, sev in r.findings or ():
+            fnd.add_metric([*lb, fid, sev], 1.0)
+    yield up
+    yield procs
+    yield gor
+    yield lat
+    yield sysc
+    yield hand
+    yield stw
+    yield mutex
+    yield runq
+    yield cpu
+    yield pst
+    yield fnd
+    errs = CounterMetricFamily(
+        "gmpmon_scrape_errors", "Reads of a target that failed (it exited mid-read, or its "
+        "memory did not validate)",
+    )
+    errs.add_metric([], scrape_errors)
+    yield errs
+
+
+def _le(ns: int) -> str:
+    return repr(ns / 1e9)

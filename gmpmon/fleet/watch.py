@@ -1,0 +1,209 @@
+"""Watching one Go process without a probe: its runtime counters, census and threads.
+
+A :class:`Watch` owns the trap-free readers of one target (gmpmon.capture.runtime_sources:
+the runtime's counters and the goroutine census from /proc/PID/mem; the memory sampler of P
+states; schedstat of its threads) and folds what they read in the same model part that
+``attach`` uses (gmpmon.model.runtime), so a number means the same in ``serve``, ``ps`` and
+the TUI. ``refresh()`` is called by one background thread for every watch (``serve``) or
+once (``ps``); it never raises for a target that exits: the watch just goes down.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+import dataclasses
+
+from gmpmon.binary import BinaryInfo, load_pid
+from gmpmon.binary.validate import validate_layout
+from gmpmon.capture.runtime_sources import RuntimeSources
+from gmpmon.capture.sampler import Sampler
+from gmpmon.capture.targetmem import TargetMemory
+from gmpmon.errors import GmpmonError
+from gmpmon.events import EventTuple, Kind
+from gmpmon.fleet.discover import ExeKey, GoProcess
+from gmpmon.fleet.metrics import LATENCY_LE_NS, LatencyHistogram, ProcessReading
+from gmpmon.fleet.threads import SchedstatTotals
+from gmpmon.model.runtime import RuntimePart, RuntimeView
+from gmpmon.model.snapshot import LatencyStats
+
+P_SAMPLE = int(Kind.P_SAMPLE)
+
+
+class InfoCache:
+    """BinaryInfo per executable (device, inode, size, mtime), shared by every watch: a host
+    running fifty copies of one server parses its binary once."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[ExeKey, BinaryInfo] = {}
+
+    def get(self, proc: GoProcess) -> BinaryInfo:
+        info = self._by_key.get(proc.exe_key)
+        if info is None or info.pie:
+            # load_pid also finds the load bias, which differs per process for a PIE.
+            info = load_pid(proc.pid)
+            self._by_key[proc.exe_key] = info
+        elif info.pid != proc.pid:
+            info = dataclasses.replace(info, pid=proc.pid)
+        return info
+
+
+class Watch:
+    """Trap-free readings of one Go process."""
+
+    def __init__(
+        self,
+        proc: GoProcess,
+        info: BinaryInfo,
+        *,
+        census_s: float = 5.0,
+        per_p: bool = False,
+    ) -> None:
+        self.proc = proc
+        self.info = info
+        self.per_p = per_p
+        self.down_reason: str | None = None
+        self._stacks: dict[int, tuple[str, ...]] = {}
+        self.part = RuntimePart(info.g_status, info.wait_reasons, self._stacks)
+        self._handlers: dict[int, Callable[[EventTuple], None]] = dict(self.part.handlers())
+        self.sources: RuntimeSources | None = None
+        self.sampler: Sampler | None = None
+        self.threads = SchedstatTotals(proc.pid)
+        self.missing: list[str] = []
+        self._p_seconds: dict[tuple[int, str], float] = {}
+        self._p_last: dict[int, tuple[int, int]] = {}  # p -> (ts, status)
+        mem = TargetMemory(proc.pid)
+        try:
+            layout = validate_layout(info, mem.read)
+        finally:
+            mem.close()
+        if not layout.ok:
+            self.missing.append(layout.line)
+            return
+        self.sources = RuntimeSources(info, proc.pid, counters_s=0.0, census_s=census_s)
+        self.missing.extend(self.sources.errors)
+        if per_p:
+            try:
+                self.sampler = Sampler(info, proc.pid)
+            except (ValueError, OSError) as e:
+                self.missing.append(f"P states: {e}")
+
+    def close(self) -> None:
+        if self.sources is not None:
+            self.sources.close()
+        if self.sampler is not None:
+            self.sampler.close()
+
+    def refresh(self, now: int | None = None) -> None:
+        """Read everything that is due. Marks the watch down when the target is gone."""
+        if self.down_reason is not None:
+            return
+        now = time.monotonic_ns() if now is None else now
+        out: list[EventTuple] = []
+        if self.sources is not None:
+            failed = self.sources.failed_reads
+            self.sources.poll(now, out, self._stacks)
+            if self.sources.failed_reads > failed:
+                self.down_reason = "target exited"
+        self._sample_ps(out)
+        for e in out:
+            h = self._handlers.get(e[1])
+            if h is not None:
+                h(e)
+            elif e[1] == P_SAMPLE:
+                self._p_sample(e)
+        if self.threads.read() is None:
+            self.down_reason = "target exited"
+
+    def sample_ps(self, now: int) -> None:
+        """Only the P states (``--per-p`` samples them more often than the counters)."""
+        if self.down_reason is not None:
+            return
+        out: list[EventTuple] = []
+        self._sample_ps(out)
+        for e in out:
+            if e[1] == P_SAMPLE:
+                self._p_sample(e)
+
+    def _sample_ps(self, out: list[EventTuple]) -> None:
+        if self.sampler is not None and self.down_reason is None:
+            try:
+                self.sampler.sample(out)
+            except OSError:
+                self.down_reason = "target exited"
+
+    def _p_sample(self, e: EventTuple) -> None:
+        ts, p, status = e[0], e[2], e[5] & 0xFF
+        last = self._p_last.get(p)
+        if last is not None:
+            names = self.info.p_status
+            name = names[last[1]] if last[1] < len(names) else f"status{last[1]}"
+            k = (p, name)
+            self._p_seconds[k] = self._p_seconds.get(k, 0.0) + (ts - last[0]) / 1e9
+        self._p_last[p] = (ts, status)
+
+    def view(self) -> RuntimeView | None:
+        return self.part.view()
+
+    def reading(self) -> ProcessReading:
+        if self.down_reason is not None:
+            return ProcessReading(proc=self.proc, up=False, missing=(self.down_reason,))
+        v = self.part.view()
+        t = self.threads.read()
+        if v is None or not v.reads:
+            return ProcessReading(
+                proc=self.proc,
+                up=t is not None,
+                kernel_runq_delay_seconds_total=t.runq_delay_ns / 1e9 if t else None,
+                oncpu_seconds_total=t.oncpu_ns / 1e9 if t else None,
+                missing=tuple(self.missing),
+            )
+        by_state: dict[str, int] | None = None
+        if v.census is not None:
+            by_state = {}
+            for row in v.census.rows:
+                if row.system:
+                    continue
+                by_state[row.state] = by_state.get(row.state, 0) + row.count
+        stw = v.stw_gc.sum / 1e9 if v.stw_gc is not None else None
+        return ProcessReading(
+            proc=self.proc,
+            up=True,
+            gomaxprocs=v.gomaxprocs or None,
+            goroutines=v.goroutines,
+            goroutines_by_state=by_state,
+            latency=latency_histogram(v.latency),
+            syscalls_total=sum(p.syscalls for p in v.procs),
+            gc_stw_seconds_total=stw,
+            mutex_wait_seconds_total=(
+                v.mutex_wait_ns / 1e9 if v.mutex_wait_ns is not None else None
+            ),
+            kernel_runq_delay_seconds_total=t.runq_delay_ns / 1e9 if t else None,
+            oncpu_seconds_total=t.oncpu_ns / 1e9 if t else None,
+            p_state_seconds=dict(self._p_seconds) if self.per_p else None,
+            missing=(*self.missing, *v.missing),
+        )
+
+
+def latency_histogram(stats: LatencyStats) -> LatencyHistogram:
+    """Re-bucket the runtime's histogram onto LATENCY_LE_NS. Every power of two is an edge of
+    the runtime's buckets, so a bucket [lo, hi) lies at or below 2^k exactly when lo < 2^k."""
+    hist = stats.histogram
+    le = []
+    for edge in LATENCY_LE_NS:
+        le.append(sum(c for lo, c in hist if lo < edge))
+    count = sum(c for _, c in hist)
+    return LatencyHistogram(le_counts=tuple(le), count=count, sum_s=stats.sum / 1e9)
+
+
+def watch_or_reason(
+    proc: GoProcess, cache: InfoCache, **kw: float | bool
+) -> tuple[Watch | None, str | None]:
+    """A Watch, or why there cannot be one (one line)."""
+    try:
+        info = cache.get(proc)
+        return Watch(proc, info, **kw), None  # type: ignore[arg-type]
+    except GmpmonError as e:
+        return None, e.one_line()
+    except OSError as e:
+        return None, f"cannot read process {proc.pid}: {e.strerror or e}"
