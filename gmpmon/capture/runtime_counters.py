@@ -246,6 +246,16 @@ class RuntimeCounters:
             mp = _Q.unpack_from(b, self.m_alllink - lo)[0]
         return total
 
+    def lifetime_hist(self, kind: int) -> tuple[int, ...] | None:
+        """The histogram as the runtime holds it at the last read (counts since the process
+        started, not since attach), in metrics order: underflow, n buckets, overflow (0 where
+        the layout has none). None before the first read or for a histogram not read."""
+        vals = self._last_hist.get(kind)
+        if vals is None:
+            return None
+        hh = next(h for h in self._hists if h.kind == kind)
+        return vals if hh.overflow else (*vals, 0)
+
     def _read_hists(self, now: int, s: bytes, out: list[EventTuple]) -> None:
         size = self.hist_size
         for hh in self._hists:

@@ -1,0 +1,368 @@
+"""`gmpmon ps` and `gmpmon serve` on real Go processes, scraped by a real Prometheus.
+
+No BPF (both only read memory and /proc), but root: they read other processes' memory.
+The workload is scripts/targets/rtcounters (300 goroutines parked on a channel, 200 in
+time.Sleep; `count` prints runtime.NumGoroutine(), `phase S` the runtime/metrics deltas of
+S seconds of scheduling), so every number is checked against the runtime's own view.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests import gotargets
+from tests.integration.test_capture import GM, env
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("GMPMON_REQUIRE_BPF"),
+                                reason="reads other processes' memory: needs root")
+PROMETHEUS = shutil.which("prometheus")
+
+
+class Workload:
+    def __init__(self, exe: Path, *args: str, cwd: Path | None = None,
+                 prefix: tuple[str, ...] = ()) -> None:
+        self.p = subprocess.Popen([*prefix, str(exe), *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, cwd=cwd)
+        assert self.p.stdout is not None
+        line = self.p.stdout.readline()
+        assert line.strip() == "ready", line
+
+    @property
+    def pid(self) -> int:
+        return self.p.pid
+
+    def ask(self, cmd: str, prefix: str) -> str:
+        assert self.p.stdin is not None and self.p.stdout is not None
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+        while True:
+            line = self.p.stdout.readline()
+            assert line, f"workload exited before answering {cmd!r}"
+            if line.startswith(prefix + " "):
+                return line[len(prefix) + 1:].strip()
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+
+
+def _copy(name: str, tmp: Path, go: str = "1.27", mode: str = "default",
+          as_name: str | None = None) -> Path:
+    dst = tmp / (as_name or f"fleet-{name}")
+    shutil.copy(gotargets.build(name, go=go, mode=mode), dst)
+    return dst
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Serve:
+    def __init__(self, *args: str) -> None:
+        self.p = subprocess.Popen([*GM, "serve", "--listen", "127.0.0.1:0", *args],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=env())
+        assert self.p.stdout is not None
+        line = self.p.stdout.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
+        if not m:
+            self.p.kill()
+            _, err = self.p.communicate()
+            raise AssertionError(f"serve did not start: {line!r} {err}")
+        self.port = int(m.group(1))
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+
+    def metrics(self) -> dict[str, Any]:
+        body = urllib.request.urlopen(self.url, timeout=10).read().decode()
+        return {f.name: f for f in text_string_to_metric_families(body)}
+
+    def stop(self) -> str:
+        self.p.send_signal(signal.SIGINT)
+        _, err = self.p.communicate(timeout=15)
+        assert self.p.returncode == 0, err
+        return err
+
+
+def _samples(fams: dict[str, Any], name: str, pid: int, suffix: str = "") -> list[Any]:
+    f = fams.get(name)
+    if f is None:
+        return []
+    return [s for s in f.samples if s.labels.get("pid") == str(pid)
+            and (not suffix or s.name.endswith(suffix))]
+
+
+def _wait(cond: Any, timeout: float, what: str) -> Any:
+    end = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < end:
+        last = cond()
+        if last:
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> Iterator[Workload]:
+    w = Workload(_copy("rtcounters", tmp_path))
+    yield w
+    w.stop()
+
+
+# ---------------------------------------------------------------------------- ps
+
+
+def test_ps_lists_go_processes_in_other_namespaces_and_not_others(tmp_path: Path) -> None:
+    exe = _copy("rtcounters", tmp_path)
+    here = Workload(exe)
+    # Its own pid and mount namespace, as in a container: pid 1 inside.
+    inside = Workload(exe, prefix=("unshare", "--pid", "--mount", "--fork", "--kill-child"))
+    not_go = subprocess.Popen(["sleep", "60"])
+    try:
+        count = int(here.ask("count", "count"))
+        p = subprocess.run([*GM, "ps", "--json", "--match", re.escape(str(tmp_path))],
+                           capture_output=True, text=True, timeout=60, env=env())
+        assert p.returncode == 0, p.stderr
+        rows = {r["pid"]: r for r in json.loads(p.stdout)}
+        child = _wait(lambda: _child_of(inside.pid), 5, "the unshared workload")
+        assert here.pid in rows and child in rows, (rows.keys(), here.pid, child)
+        assert not_go.pid not in rows
+        assert rows[child]["ns_pid"] == 1 and rows[here.pid]["ns_pid"] == here.pid
+        for r in rows.values():
+            assert r["go_version"].startswith("go1.27"), r
+            assert r["gomaxprocs"] == len(os.sched_getaffinity(0)) or r["gomaxprocs"] >= 1
+        # gcount from memory == NumGoroutine at a quiet moment (the workload is idle).
+        assert abs(rows[here.pid]["goroutines"] - count) <= max(1, count * 0.02), (
+            rows[here.pid]["goroutines"], count)
+        print(f"ps: goroutines {rows[here.pid]['goroutines']} vs NumGoroutine {count}")
+        # The whole-host table, with the non-Go sleep nowhere in it.
+        t = subprocess.run([*GM, "ps"], capture_output=True, text=True, timeout=60, env=env())
+        assert t.returncode == 0, t.stderr
+        assert t.stdout.splitlines()[0].split()[:2] == ["PID", "NSPID"]
+        assert re.search(rf"^\s*{here.pid}\s+{here.pid}\s", t.stdout, re.M), t.stdout
+        assert not re.search(rf"^\s*{not_go.pid}\s", t.stdout, re.M)
+    finally:
+        not_go.kill()
+        not_go.wait()
+        inside.stop()
+        here.stop()
+
+
+def _child_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = f.read().split()
+    except OSError:
+        return None
+    return int(kids[0]) if kids else None
+
+
+def test_ps_skips_a_process_that_exits_between_listing_and_reading(tmp_path: Path) -> None:
+    from gmpmon.fleet.discover import Discovery
+    from gmpmon.fleet.lifetime import read_lifetime
+    from gmpmon.fleet.watch import InfoCache
+
+    w = Workload(_copy("rtcounters", tmp_path))
+    gp = Discovery().probe(w.pid)
+    assert gp is not None and gp.go_version.startswith("go1.")
+    cache = InfoCache()
+    w.stop()  # listed, then gone before its memory is read
+    assert read_lifetime(gp, cache) is None
+    assert Discovery().probe(w.pid) is None
+
+
+def test_ps_on_a_stripped_binary_reads_the_same_numbers(tmp_path: Path) -> None:
+    full = Workload(_copy("rtcounters", tmp_path, as_name="rt-default"))
+    bare = Workload(_copy("rtcounters", tmp_path, mode="stripped", as_name="rt-stripped"))
+    try:
+        p = subprocess.run([*GM, "ps", "--json", "--match", re.escape(str(tmp_path))],
+                           capture_output=True, text=True, timeout=60, env=env())
+        assert p.returncode == 0, p.stderr
+        rows = {r["pid"]: r for r in json.loads(p.stdout)}
+        a, b = rows[full.pid], rows[bare.pid]
+        assert a["note"] == "" and b["note"] == "", (a, b)
+        assert a["gomaxprocs"] == b["gomaxprocs"]
+        assert abs(a["goroutines"] - b["goroutines"]) <= 2, (a, b)
+        assert b["sched_latency_samples"] and b["sched_latency_samples"] > 0
+    finally:
+        full.stop()
+        bare.stop()
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+def test_serve_numbers_match_the_runtime(rt: Workload) -> None:
+    s = Serve(str(rt.pid), "--interval", "0.3", "--census-interval", "1")
+    try:
+        fams = _wait(lambda: (f := s.metrics()) if _samples(f, "gmpmon_goroutines", rt.pid,
+                                                            ) else None, 15, "first reading")
+        count = int(rt.ask("count", "count"))
+
+        def census() -> dict[str, float] | None:
+            f = s.metrics()
+            st = {x.labels["state"]: x.value for x in _samples(f, "gmpmon_goroutines", rt.pid)}
+            return st if "waiting" in st else None
+
+        states = _wait(census, 15, "a census")
+        assert abs(states["all"] - count) <= max(1, 0.02 * count), (states, count)
+        assert states["waiting"] >= 500, states  # 300 on the channel + 200 asleep
+        before = _count(s.metrics(), rt.pid)
+        phase = json.loads(rt.ask("phase 1.5", "phase"))
+        want = sum(phase["/sched/latencies:seconds"]["counts"])
+        time.sleep(1.0)  # two refreshes after the phase
+        got = _count(s.metrics(), rt.pid) - before
+        print(f"serve: latency samples over the phase {got} vs runtime/metrics {want}")
+        assert want > 100
+        assert abs(got - want) <= 0.05 * want + 20, (got, want)
+        fams = s.metrics()
+        (mp,) = _samples(fams, "gmpmon_gomaxprocs", rt.pid)
+        assert mp.value >= 1
+        assert _samples(fams, "gmpmon_kernel_runq_delay_seconds", rt.pid, "_total")
+        assert _samples(fams, "gmpmon_syscalls", rt.pid, "_total")
+    finally:
+        s.stop()
+
+
+def _count(fams: dict[str, Any], pid: int) -> float:
+    c = _samples(fams, "gmpmon_sched_latency_seconds", pid, "_count")
+    return c[0].value if c else 0.0
+
+
+def test_serve_follows_processes_as_they_start_and_exit(tmp_path: Path) -> None:
+    first = Workload(_copy("rtcounters", tmp_path))
+    s = Serve("--match", re.escape(str(tmp_path)), "--interval", "0.5")
+    second: Workload | None = None
+    try:
+        _wait(lambda: _samples(s.metrics(), "gmpmon_up", first.pid), 10, "the first process")
+        t0 = time.monotonic()
+        second = Workload(_copy("rtcounters", tmp_path, as_name="fleet-late"))
+        late = second.pid
+        _wait(lambda: _samples(s.metrics(), "gmpmon_up", late), 5, "the process started later")
+        print(f"serve: a new process appeared after {time.monotonic() - t0:.1f}s")
+        t0 = time.monotonic()
+        first.stop()
+        gone = first.pid
+        _wait(lambda: not _samples(s.metrics(), "gmpmon_gomaxprocs", gone), 5,
+              "the exited process's series to go")
+        print(f"serve: an exited process's series went after {time.monotonic() - t0:.1f}s")
+        assert _samples(s.metrics(), "gmpmon_up", late)[0].value == 1.0
+    finally:
+        s.stop()
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def test_serve_bad_input(rt: Workload, tmp_path: Path) -> None:
+    # A port in use: one line, exit 2.
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        p = subprocess.run([*GM, "serve", str(rt.pid), "--listen", f"127.0.0.1:{port}"],
+                           capture_output=True, text=True, timeout=60, env=env())
+    assert p.returncode == 2, p
+    assert len(p.stderr.strip().splitlines()) == 1 and "cannot listen" in p.stderr
+    # An address that is not this host's.
+    p = subprocess.run([*GM, "serve", str(rt.pid), "--listen", "192.0.2.1:9464"],
+                       capture_output=True, text=True, timeout=60, env=env())
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p
+    # A non-Go pid next to a Go one: one line for it, the Go one is served.
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        s = Serve(str(sleeper.pid), str(rt.pid))
+        _wait(lambda: _samples(s.metrics(), "gmpmon_up", rt.pid), 10, "the Go process")
+        assert not _samples(s.metrics(), "gmpmon_up", sleeper.pid)
+        err = s.stop()
+        assert f"process {sleeper.pid}: not a Go program" in err and "Traceback" not in err
+        # Only non-Go pids: nothing to serve, exit 3.
+        p = subprocess.run([*GM, "serve", str(sleeper.pid), "--listen", "127.0.0.1:0"],
+                           capture_output=True, text=True, timeout=60, env=env())
+        assert p.returncode == 3, p
+        assert "Traceback" not in p.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # Read-only: no other method, no other path.
+    s = Serve(str(rt.pid))
+    try:
+        req = urllib.request.Request(s.url, data=b"x", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=5)
+        assert e.value.code == 405
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(s.url.replace("/metrics", "/debug"), timeout=5)
+        assert e.value.code == 404
+    finally:
+        s.stop()
+
+
+@pytest.mark.skipif(PROMETHEUS is None and not os.environ.get("GMPMON_REQUIRE_BPF"),
+                    reason="prometheus not installed (scripts/setup installs it)")
+def test_a_real_prometheus_scrapes_serve(rt: Workload, tmp_path: Path) -> None:
+    assert PROMETHEUS is not None, "scripts/setup installs Debian's prometheus"
+    s = Serve(str(rt.pid), "--interval", "0.5")
+    prom_port = _free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: gmpmon\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{s.port}']\n"
+    )
+    prom = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    api = f"http://127.0.0.1:{prom_port}/api/v1"
+    try:
+        rt.ask("phase 1", "phase")  # some scheduling for the histogram
+
+        def query(q: str) -> list[Any]:
+            url = f"{api}/query?" + urllib.parse.urlencode({"query": q})
+            try:
+                body = json.loads(urllib.request.urlopen(url, timeout=5).read())
+            except OSError:
+                return []
+            res: list[Any] = body["data"]["result"]
+            return res
+
+        # At least two scrapes of our target.
+        _wait(lambda: query(f'count_over_time(gmpmon_up{{pid="{rt.pid}"}}[1m]) >= 2'), 60,
+              "two scrapes by Prometheus")
+        buckets = query(f'gmpmon_sched_latency_seconds_bucket{{pid="{rt.pid}"}}')
+        assert buckets, "no gmpmon_sched_latency_seconds_bucket in Prometheus"
+        les = {b["metric"]["le"] for b in buckets}
+        assert "+Inf" in les and len(les) >= 5
+        inf = next(b for b in buckets if b["metric"]["le"] == "+Inf")
+        assert float(inf["value"][1]) > 0
+        assert inf["metric"]["exe"] == "fleet-rtcounters"
+        assert inf["metric"]["go_version"].startswith("go1.27")
+        print(f"prometheus: {len(buckets)} bucket series, +Inf = {inf['value'][1]}")
+    finally:
+        prom.terminate()
+        try:
+            prom.wait(10)
+        except subprocess.TimeoutExpired:
+            prom.kill()
+        s.stop()
