@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     fleet = Fleet(pids=tuple(args.pids), all_=args.all, match=match,
                   interval_s=args.interval, census_s=args.census_interval, per_p=args.per_p)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(fleet))  # type: ignore[arg-type]
+    registry.register(_Collector(fleet))
     server = serve_registry(registry, host, port)
     stop = threading.Event()
 

@@ -83,14 +83,15 @@ class Fleet:
         for pid, gp in wanted.items():
             if pid in self.watches or pid in self._refused:
                 continue
-            w, why = watch_or_reason(gp, self.cache, census_s=self.census_s, per_p=self.per_p)
-            if w is None:
+            made, why = watch_or_reason(gp, self.cache, census_s=self.census_s,
+                                        per_p=self.per_p)
+            if made is None:
                 self._refused[pid] = why or "cannot be read"
                 self.say(f"process {pid} ({gp.exe_name}): {self._refused[pid]}; not watched")
                 continue
-            for line in w.missing:
+            for line in made.missing:
                 self.say(f"process {pid} ({gp.exe_name}): {line}")
-            self.watches[pid] = w
+            self.watches[pid] = made
         # Forget refusals of pids that are gone: a new process may reuse the pid.
         for pid in [p for p in self._refused if not _exists(p)]:
             del self._refused[pid]

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gmpmon.binary.validate import validate_layout
 from gmpmon.capture.runtime_counters import RuntimeCounters
+from gmpmon.capture.sampler import check_layout
 from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.errors import GmpmonError
 from gmpmon.events import EventTuple, Kind, RtHist
@@ -60,15 +60,16 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
             return None
         return LifetimeStats(proc, None, None, None, None, note=e.one_line())
     try:
+        layout = check_layout(info, proc.pid, ("procs", "sched"))
         mem = TargetMemory(proc.pid)
     except OSError:
         return None
     try:
-        layout = validate_layout(info, mem.read)
-        if not layout.ok:
+        if not layout.ok("procs", "sched"):
             if not _alive(proc.pid):
                 return None
-            return LifetimeStats(proc, None, None, None, None, note=layout.line)
+            return LifetimeStats(proc, None, None, None, None,
+                                 note=layout.why("procs", "sched"))
         counters = RuntimeCounters(info, mem)
         out: list[EventTuple] = []
         counters.read(time.monotonic_ns(), out)

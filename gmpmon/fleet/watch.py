@@ -10,15 +10,13 @@ once (``ps``); it never raises for a target that exits: the watch just goes down
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
-import dataclasses
 
 from gmpmon.binary import BinaryInfo, load_pid
-from gmpmon.binary.validate import validate_layout
 from gmpmon.capture.runtime_sources import RuntimeSources
-from gmpmon.capture.sampler import Sampler
-from gmpmon.capture.targetmem import TargetMemory
+from gmpmon.capture.sampler import Sampler, check_layout
 from gmpmon.errors import GmpmonError
 from gmpmon.events import EventTuple, Kind
 from gmpmon.fleet.discover import ExeKey, GoProcess
@@ -72,14 +70,14 @@ class Watch:
         self.missing: list[str] = []
         self._p_seconds: dict[tuple[int, str], float] = {}
         self._p_last: dict[int, tuple[int, int]] = {}  # p -> (ts, status)
-        mem = TargetMemory(proc.pid)
-        try:
-            layout = validate_layout(info, mem.read)
-        finally:
-            mem.close()
-        if not layout.ok:
-            self.missing.append(layout.line)
+        layout = check_layout(info, proc.pid, ("procs", "sched", "allgs"))
+        if not layout.ok("procs", "sched"):
+            # Never a number read through offsets or addresses that do not hold here.
+            self.missing.append(layout.why("procs", "sched"))
             return
+        if census_s and not layout.ok("allgs"):
+            self.missing.append(f"goroutine census off: {layout.why('allgs')}")
+            census_s = 0.0
         self.sources = RuntimeSources(info, proc.pid, counters_s=0.0, census_s=census_s)
         self.missing.extend(self.sources.errors)
         if per_p:

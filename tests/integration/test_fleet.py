@@ -214,8 +214,7 @@ def test_ps_on_a_stripped_binary_reads_the_same_numbers(tmp_path: Path) -> None:
 def test_serve_numbers_match_the_runtime(rt: Workload) -> None:
     s = Serve(str(rt.pid), "--interval", "0.3", "--census-interval", "1")
     try:
-        fams = _wait(lambda: (f := s.metrics()) if _samples(f, "gmpmon_goroutines", rt.pid,
-                                                            ) else None, 15, "first reading")
+        _wait(lambda: _samples(s.metrics(), "gmpmon_goroutines", rt.pid), 15, "first reading")
         count = int(rt.ask("count", "count"))
 
         def census() -> dict[str, float] | None:

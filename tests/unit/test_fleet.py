@@ -55,7 +55,7 @@ def _proc(pid: int = 42) -> GoProcess:
 def test_rebucketing_is_exact_at_powers_of_two(n: int) -> None:
     # A histogram with one sample in every runtime bucket: the count at or below each
     # Prometheus edge must equal the number of runtime buckets lying entirely below it.
-    counts = [0] + [1] * n + ([0] if n == 160 else [0])
+    counts = [0] + [1] * n + [0]  # underflow, n buckets, overflow
     stats = hist_stats(counts)
     h = latency_histogram(stats)
     bounds = bucket_bounds(n)
