@@ -31,6 +31,8 @@ examples:
   sudo gmpmon attach 1234 --mode full -d 5 --summary-json s.json
   sudo gmpmon attach 1234 --mode sample         # no hot probes at all: near-zero overhead
   sudo gmpmon attach 1234 --record s.gmp --folded mutex.folded
+  sudo gmpmon attach 1234 5678 --no-tui -d 10   # two targets: lines prefixed by pid
+  sudo gmpmon attach --match api --summary-json s-{pid}.json
 """
 
 
@@ -100,7 +102,11 @@ def add_parser(sub: Any) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("pid", type=int, help="process id of the Go program")
+    p.add_argument("pids", metavar="PID", type=int, nargs="*",
+                   help="process id of the Go program (several: one session each)")
+    p.add_argument("--match", metavar="REGEX",
+                   help="attach to every Go process whose executable path or command line "
+                   "matches (with several targets, file paths must hold {pid})")
     add_capture_options(p)
     p.set_defaults(func=run)
 
@@ -128,7 +134,11 @@ def check_capture_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_capture_args(args)
-    pid: int = args.pid
+    if len(args.pids) != 1 or args.match is not None:
+        from gmpmon.commands import attach_many
+
+        return attach_many.run(args, attach_many.target_pids(args))
+    pid: int = args.pids[0]
     if pid <= 0 or not os.path.exists(f"/proc/{pid}"):
         raise TargetError(f"no process with pid {pid}")
     from gmpmon.binary import load_pid
