@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from gmpmon.binary.buildinfo import read_buildinfo_version
 from gmpmon.binary.elf import Elf
+from gmpmon.capture.cgroup import parse_proc_cgroup
 from gmpmon.errors import GmpmonError
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -163,20 +164,13 @@ def cgroup_path(pid: int) -> str:
 
 
 def parse_cgroup(text: str) -> str:
-    """The path from /proc/PID/cgroup text (cgroups(7)): the v2 line ``0::/path`` when it
-    names a cgroup, else the v1 line whose controllers include ``cpu``."""
-    v1_cpu = ""
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        hid, controllers, path = parts
-        if hid == "0" and controllers == "":
-            if path not in ("", "/"):
-                return path
-        elif "cpu" in controllers.split(","):
-            v1_cpu = path
-    return "" if v1_cpu in ("", "/") else v1_cpu
+    """The path from /proc/PID/cgroup text (cgroups(7)): the v2 path when it names a
+    cgroup, else the v1 cpu controller's; "" for the root cgroup."""
+    v1_cpu, v2 = parse_proc_cgroup(text)
+    for path in (v2, v1_cpu):
+        if path not in (None, "", "/"):
+            return path or ""
+    return ""
 
 
 def process_uptime(pid: int) -> float | None:
