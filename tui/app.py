@@ -13,6 +13,7 @@ import asyncio
 import gc
 import threading
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -38,6 +39,7 @@ from gmpmon.tui.widgets.help import HelpScreen
 from gmpmon.tui.widgets.procs import ProcsView
 from gmpmon.tui.widgets.sched import SchedView
 from gmpmon.tui.widgets.status import StatusHeader
+from gmpmon.tui.widgets.targets import TargetPicker
 
 VIEWS = ("procs", "sched", "contention", "goroutines", "findings")
 AnyView = ProcsView | SchedView | ContentionView | GoroutinesView | FindingsView
@@ -96,6 +98,7 @@ class GmpmonApp(App[None]):
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("t", "toggle_recent", "Recent"),
         Binding("z", "reset_counters", "Reset"),
+        Binding("T", "pick_target", "Targets", show=False),
         Binding("left", f"step({-STEP_NS})", "Step", priority=True, key_display="←→"),
         Binding("right", f"step({STEP_NS})", "Step", show=False, priority=True),
         Binding("shift+left", f"step({-10 * STEP_NS})", "Step 1s", show=False, priority=True),
@@ -114,9 +117,13 @@ class GmpmonApp(App[None]):
     paused: reactive[bool] = reactive(False)
 
     def __init__(self, source: SnapshotSource, *, refresh_hz: float = 4.0,
-                 export_dir: str = ".") -> None:
+                 export_dir: str = ".", targets: Sequence[SnapshotSource] = ()) -> None:
         super().__init__()
         self.source = source
+        # `gmpmon attach PID PID...`: every target's source; T picks which one is shown, by
+        # ending this app with ``switch_to`` set (the caller runs the next one).
+        self.targets = tuple(targets)
+        self.switch_to: int | None = None
         self.refresh_hz = refresh_hz
         self.export_dir = export_dir
         self.seek: SeekControl | None = source if isinstance(source, SeekControl) else None
@@ -420,6 +427,20 @@ class GmpmonApp(App[None]):
             self.notify(f"recording failed: {e}", severity="error")
         self.query_one(StatusHeader).recording = rec.recording_path()
 
+    def action_pick_target(self) -> None:
+        if len(self.targets) < 2:
+            self.notify("one target only (gmpmon attach PID PID... watches several)")
+            return
+        current = next(i for i, t in enumerate(self.targets) if t is self.source)
+
+        def chosen(i: int | None) -> None:
+            if i is not None and i != current:
+                self._stop.set()
+                self.switch_to = i
+                self.exit()
+
+        self.push_screen(TargetPicker(self.targets, current), chosen)
+
     async def action_quit(self) -> None:
         self._stop.set()
         self.query_one(StatusHeader).status = "detaching…"
@@ -436,8 +457,8 @@ class GmpmonApp(App[None]):
 
 
 def make_app(source: SnapshotSource, *, refresh_hz: float = 4.0,
-             export_dir: str = ".") -> GmpmonApp:
-    return GmpmonApp(source, refresh_hz=refresh_hz, export_dir=export_dir)
+             export_dir: str = ".", targets: Sequence[SnapshotSource] = ()) -> GmpmonApp:
+    return GmpmonApp(source, refresh_hz=refresh_hz, export_dir=export_dir, targets=targets)
 
 
 def run_tui(source: SnapshotSource, *, refresh_hz: float = 4.0, export_dir: str = ".") -> None:

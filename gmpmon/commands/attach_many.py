@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import time
+from typing import Any
 
 from gmpmon import priority
 from gmpmon.commands import attach as one
@@ -126,12 +127,33 @@ def watch_many(sessions: list[LiveSession], args: argparse.Namespace,
         except ImportError:
             pass
         else:
-            from gmpmon.source import MultiSource
-
-            multi = MultiSource(sessions)
-            one.tui(multi, args, stop, make_app)  # type: ignore[arg-type]
+            tui_many(sessions, args, stop, make_app)
             return
     headless_many(sessions, args, stop)
+
+
+def tui_many(sessions: list[LiveSession], args: argparse.Namespace, stop: one.StopEvent,
+             make_app: Any) -> None:
+    """One TUI at a time, on the chosen target; `T` ends it with the next choice, and the
+    next one opens on that target (every session goes on capturing meanwhile)."""
+    shown = 0
+    deadline = time.monotonic() + args.duration if args.duration else None
+    while not stop.is_set():
+        apps: list[Any] = []
+
+        def factory(session: LiveSession, apps: list[Any] = apps) -> Any:
+            app = make_app(session, targets=sessions)
+            apps.append(app)
+            return app
+
+        ns = argparse.Namespace(**vars(args))
+        if deadline is not None:
+            ns.duration = max(deadline - time.monotonic(), 0.01)
+        one.tui(sessions[shown], ns, stop, factory)
+        nxt = apps[0].switch_to if apps else None
+        if nxt is None:
+            return
+        shown = nxt
 
 
 def headless_many(sessions: list[LiveSession], args: argparse.Namespace,

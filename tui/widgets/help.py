@@ -27,6 +27,7 @@ z  t              reset the counters (count from now); last 10 s / since attach
 s / click header  Goroutines: change the sort column (again: reverse)
 enter             details: the goroutine under the cursor; Contention: stacks in full
 /                 filter goroutines and stacks by text (empty: all)
+T                 several targets (attach PID PID...): pick the one shown
 ?                 this help          q  quit (detaches every probe)
 """
 
