@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from gmpmon.binary import BinaryInfo, load_pid
 from gmpmon.capture.runtime_sources import RuntimeSources
-from gmpmon.capture.sampler import Sampler, check_layout
+from gmpmon.capture.sampler import Sampler
 from gmpmon.errors import GmpmonError
 from gmpmon.events import EventTuple, Kind
 from gmpmon.fleet.discover import ExeKey, GoProcess
@@ -70,14 +70,9 @@ class Watch:
         self.missing: list[str] = []
         self._p_seconds: dict[tuple[int, str], float] = {}
         self._p_last: dict[int, tuple[int, int]] = {}  # p -> (ts, status)
-        layout = check_layout(info, proc.pid, ("procs", "sched", "allgs"))
-        if not layout.ok("procs", "sched"):
-            # Never a number read through offsets or addresses that do not hold here.
-            self.missing.append(layout.why("procs", "sched"))
-            return
-        if census_s and not layout.ok("allgs"):
-            self.missing.append(f"goroutine census off: {layout.why('allgs')}")
-            census_s = 0.0
+        # RuntimeSources validates the live layout first (binary/validate.py) and turns off,
+        # with one line each, whatever does not hold: never a number read through offsets
+        # or addresses that do not fit this process.
         self.sources = RuntimeSources(info, proc.pid, counters_s=0.0, census_s=census_s)
         self.missing.extend(self.sources.errors)
         if per_p:
