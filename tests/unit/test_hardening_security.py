@@ -102,8 +102,18 @@ def test_target_memory_is_only_read() -> None:
     assert mem_opens >= 1, "the sampler reads /proc/PID/mem: where did it go?"
 
 
-def test_no_network_listener() -> None:
+# `gmpmon serve` is the one listener: its /metrics endpoint. It binds what --listen says,
+# loopback by default (tested in tests/integration/test_fleet.py), and serves GET/HEAD only.
+LISTENER = "gmpmon/fleet/server.py"
+SERVE_DEFAULT = "127.0.0.1:9464"
+
+
+def test_the_only_network_listener_is_serve_on_loopback_by_default() -> None:
+    listeners = []
     for path, tree in sources().items():
+        if path.as_posix().endswith(LISTENER):
+            listeners.append(path)
+            continue
         for n in ast.walk(tree):
             if isinstance(n, ast.Import | ast.ImportFrom):
                 mods = [a.name for a in n.names] + [getattr(n, "module", None) or ""]
@@ -114,6 +124,9 @@ def test_no_network_listener() -> None:
         for c in calls(tree):
             assert dotted(c.func).split(".")[-1] not in (
                 "start_server", "create_server", "start_unix_server"), where(path, c)
+    assert len(listeners) == 1, listeners
+    serve = next(p for p in sources() if p.as_posix().endswith("gmpmon/commands/serve.py"))
+    assert f'DEFAULT_LISTEN = "{SERVE_DEFAULT}"' in serve.read_text()
 
 
 def test_every_file_creation_is_exclusive_and_private() -> None:
