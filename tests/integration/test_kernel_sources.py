@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import shutil
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -273,3 +274,40 @@ def test_syscall_tracepoints_count_every_blocking_nanosleep(tmp_path: Path, go: 
     assert sum(v for k, v in ns_by_p.items() if k >= 0) >= n * 1_000_000
     goid, count = per_g.most_common(1)[0]
     assert count >= n and goid > 1
+
+
+@pytest.mark.bpf
+def test_gmpmon_run_with_every_kernel_source_end_to_end(tmp_path: Path) -> None:
+    """The CLI path: `gmpmon run --kernel samples,sched,syscalls` -> summary JSON `kernel`
+    blocks, each with its source; the recording exports as a CPU profile naming the
+    spinners' goroutines."""
+    import json
+
+    from tests.integration.test_capture import gm_run
+
+    exe = tmp_path / "cpuprof"
+    shutil.copy(build("cpuprof", "1.27"), exe)
+    rec = tmp_path / "k.gmp"
+    p, s = gm_run(tmp_path, exe, "-t", "1500ms", mode="sample",
+                  options=("--kernel", "samples,sched,syscalls", "--record", str(rec)))
+    logs = spinner_logs(p.stdout)
+    k = s["kernel"]
+    assert k["samples"]["source"] == "samples" and k["samples"]["go"] > 100
+    assert not k["samples"]["off"] and "perf samples off" not in p.stderr
+    assert {g["goid"] for g in k["cpu_by_goroutine"]["top"][:3]} == set(logs)
+    assert k["threads"]["source"] == k["runq_latency_ns"]["source"] == "tracepoints"
+    assert sum(t["oncpu_ns"] for t in k["threads"]["ms"]) > 100_000_000
+    assert k["syscalls"]["source"] == "tracepoints" and k["syscalls"]["count"] > 0
+    assert all(r["duration_ns"] >= 10_000_000 and r["goid"] in logs
+               for r in k["long_running"]["top"])
+    out = tmp_path / "cpu.pb.gz"
+    e = subprocess.run([sys.executable, "-m", "gmpmon", "export", str(rec), "--format", "pprof",
+                        "--what", "cpu", "-o", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert e.returncode == 0, e.stderr
+    from tests.unit.test_export import GO, pprof
+
+    if GO.exists():
+        tags = pprof(out, "-tags")
+        assert all(f": {g}\n" in tags for g in logs)
+    json.dumps(k)
