@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, Snapshot
 
@@ -94,18 +95,28 @@ def runtime_summary(rv: RuntimeView | None) -> dict[str, Any] | None:
     """The ``runtime`` block (schema v2): numbers since attach, gauges at the end."""
     if rv is None:
         return None
+    lacks = set(rv.missing)
+
+    def has(f: RtFeature) -> bool:
+        return RT_FEATURE_NAMES[f] not in lacks and rv.reads > 0
+
+    goroutines, sched = has(RtFeature.GOROUTINES), has(RtFeature.SCHED)
     return {
         "source": rv.source,
         "reads": rv.reads,
         "missing": list(rv.missing),
-        "sched_latency_ns": {"note": rv.latency_note, **(_lat(rv.latency) or {})},
-        "goroutines": rv.goroutines,
-        "allglen": rv.allglen,
-        "npidle": rv.npidle,
-        "nmspinning": rv.nmspinning,
-        "global_runq": rv.global_runq,
-        "gcwaiting": rv.gcwaiting,
-        "gomaxprocs": rv.gomaxprocs,
+        "sched_latency_ns": (
+            {"note": rv.latency_note, **(_lat(rv.latency) or {})}
+            if has(RtFeature.LATENCY)
+            else None
+        ),
+        "goroutines": rv.goroutines if goroutines else None,
+        "allglen": rv.allglen if goroutines else None,
+        "npidle": rv.npidle if sched else None,
+        "nmspinning": rv.nmspinning if sched else None,
+        "global_runq": rv.global_runq if sched else None,
+        "gcwaiting": rv.gcwaiting if sched else None,
+        "gomaxprocs": rv.gomaxprocs if has(RtFeature.P_TICKS) else None,
         "procs": [{"id": p.p, "schedules": p.schedules, "syscalls": p.syscalls}
                   for p in rv.procs],
         "gc_stw_ns": _lat(rv.stw_gc),
@@ -123,15 +134,19 @@ def runtime_lines(rv: RuntimeView | None, *, top: int = 5) -> list[str]:
         return []
     out = ["", f"From the runtime's own counters (source: {rv.source}):"]
     ls = rv.latency
-    out.append(f"  scheduling latency ({rv.latency_note}): {ls.count} samples")
-    out.append(
-        f"    p50 {_fmt_ns(ls.p50)}  p90 {_fmt_ns(ls.p90)}  p99 {_fmt_ns(ls.p99)}  "
-        f"max {_fmt_ns(ls.max)}"
-    )
-    out.append(
-        f"  goroutines {rv.goroutines} (allglen {rv.allglen}); idle Ps {rv.npidle}, "
-        f"spinning Ms {rv.nmspinning}, global runq {rv.global_runq}"
-    )
+    lacks = set(rv.missing)  # never print zeros that were not read
+    if RT_FEATURE_NAMES[RtFeature.LATENCY] not in lacks and rv.reads:
+        out.append(f"  scheduling latency ({rv.latency_note}): {ls.count} samples")
+        out.append(
+            f"    p50 {_fmt_ns(ls.p50)}  p90 {_fmt_ns(ls.p90)}  p99 {_fmt_ns(ls.p99)}  "
+            f"max {_fmt_ns(ls.max)}"
+        )
+    if RT_FEATURE_NAMES[RtFeature.GOROUTINES] not in lacks and rv.reads:
+        out.append(f"  goroutines {rv.goroutines} (allglen {rv.allglen})")
+    if RT_FEATURE_NAMES[RtFeature.SCHED] not in lacks and rv.reads:
+        out.append(
+            f"  idle Ps {rv.npidle}, spinning Ms {rv.nmspinning}, global runq {rv.global_runq}"
+        )
     if rv.procs:
         per = " ".join(f"P{p.p}:{p.schedules}/{p.syscalls}" for p in rv.procs[:8])
         more = f" +{len(rv.procs) - 8} Ps" if len(rv.procs) > 8 else ""

@@ -19,7 +19,7 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
-from gmpmon.capture.runtime_counters import global_addr
+from gmpmon.capture.runtime_counters import absent, global_addr
 from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.events import (
     CENSUS_SITE_BASE,
@@ -57,7 +57,7 @@ class Census:
         self.missing: dict[RtFeature, str] = {}
         self.allgs = global_addr(info, "runtime.allgs")
         if self.allgs is None:
-            self.missing[RtFeature.CENSUS] = "runtime.allgs not found (stripped binary)"
+            self.missing[RtFeature.CENSUS] = absent(info, "runtime.allgs")
         o = info.offsets
         fields = {
             "goid": ("Q", o["runtime.g.goid"]),

@@ -51,6 +51,11 @@ def global_addr(info: BinaryInfo, name: str) -> int | None:
     return None if addr is None else addr + info.load_bias
 
 
+def absent(info: BinaryInfo, name: str) -> str:
+    """Why a global is not there to read: not found, or its layout check failed."""
+    return f"{name}: {info.globals_missing.get(name, 'not found')}"
+
+
 @dataclass(frozen=True, slots=True)
 class _Hist:
     kind: int
@@ -76,10 +81,10 @@ class RuntimeCounters:
         self.m_lockwait = o.get("runtime.m.mLockProfile.waitTime")
         if self.sched is None:
             for f in (RtFeature.LATENCY, RtFeature.SCHED, RtFeature.MUTEX_WAIT, RtFeature.STW):
-                self.missing[f] = "runtime.sched not found (stripped binary)"
-            self.missing[RtFeature.RUNTIME_LOCK_WAIT] = "runtime.sched not found"
+                self.missing[f] = absent(info, "runtime.sched")
+            self.missing[RtFeature.RUNTIME_LOCK_WAIT] = absent(info, "runtime.sched")
         if self.allp is None:
-            self.missing[RtFeature.P_TICKS] = "runtime.allp not found (stripped binary)"
+            self.missing[RtFeature.P_TICKS] = absent(info, "runtime.allp")
 
         fields: dict[str, int] = {}
 
@@ -125,7 +130,7 @@ class RuntimeCounters:
         self.p_gfree = o.get("runtime.p.gFree.n", o.get("runtime.p.gFree.size"))
         has_free = "gFree.n" in fields or "gFree.stack.size" in fields
         if self.allglen is None:
-            self.missing[RtFeature.GOROUTINES] = "runtime.allglen not found (stripped binary)"
+            self.missing[RtFeature.GOROUTINES] = absent(info, "runtime.allglen")
         elif not has_free or self.p_gfree is None or "ngsys" not in fields:
             self.missing[RtFeature.GOROUTINES] = "no offsets for gcount's free lists"
         for name in ("npidle", "nmspinning", "runqsize"):
