@@ -181,7 +181,7 @@ def headless_many(sessions: list[LiveSession], args: argparse.Namespace,
         for s in sessions:
             if s.target_exited and s.pid not in said_exit:
                 said_exit.add(s.pid)
-                one.say(f"gmpmon: target {s.pid} {s.capture.exit_reason or 'exited'}")
+                one.say(f"gmpmon: target {s.pid} {s.state().exit_reason or 'exited'}")
         if time.monotonic() >= next_line:
             for s in sessions:
                 if s.pid in said_exit:
