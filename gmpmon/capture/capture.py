@@ -30,6 +30,7 @@ from gmpmon.capture.pipeline import BatchQueue
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
+from gmpmon.capture.targetmem import running
 from gmpmon.capture.triggers import Flight, TriggerSpec
 from gmpmon.errors import CaptureError
 from gmpmon.events import Batch, Counter, EventTuple, Kind, Stage
@@ -460,17 +461,6 @@ def release_freed_memory() -> None:
     the pages; without this gmpmon's RSS stays ~100 MB higher for the whole run."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)
-
-
-def running(pid: int) -> bool:
-    """The process exists and has not exited: a zombie's memory is already gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    state = stat.rfind(b")") + 2  # after "pid (comm) "; comm may hold ')'
-    return stat[state : state + 1] not in (b"Z", b"X")
 
 
 def _exe_id(pid: int) -> tuple[int, int] | None:

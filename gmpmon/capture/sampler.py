@@ -23,6 +23,7 @@ import time
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
 from gmpmon.binary.validate import Layout, validate_layout
+from gmpmon.capture.targetmem import running
 from gmpmon.errors import TargetError, UnsupportedError
 from gmpmon.events import EventTuple, Kind
 
@@ -69,11 +70,18 @@ def gate_table_offsets(info: BinaryInfo, pid: int, *, starting: bool = False) ->
     if info.offsets_source != "table":
         return
     newer = info.offsets_table != f"1.{info.go_minor}"
+    # A process that exits while it is checked (a short-lived program under `gmpmon run`)
+    # fails every read: that is no verdict on the table, and nothing is left to protect.
+    # Its memory goes before it turns zombie, so look again a moment later.
     try:
         layout = check_layout(info, pid, ("procs",), starting=starting)
     except OSError as e:
+        if not _still_running(pid):
+            return
         raise TargetError(f"process {pid}: cannot read its memory ({e.strerror})") from e
     if layout.ok("procs") or ("procs" in layout.unchecked and not newer):
+        return
+    if not _still_running(pid):
         return
     what = (
         f"{info.go_version} is newer than gmpmon's offsets table and go{info.offsets_table}'s "
@@ -85,6 +93,11 @@ def gate_table_offsets(info: BinaryInfo, pid: int, *, starting: bool = False) ->
         f"process {pid}: {what}: {layout.why('procs')}",
         hint="rebuild it without -ldflags=-w (DWARF), or update gmpmon's offsets table",
     )
+
+
+def _still_running(pid: int) -> bool:
+    time.sleep(0.05)
+    return running(pid)
 
 
 def _tids(pid: int) -> frozenset[int] | None:

@@ -33,3 +33,14 @@ class TargetMemory:
     def u64(self, addr: int) -> int:
         v: int = _Q.unpack(self.read(addr, 8))[0]
         return v
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited: a zombie's memory is already gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat.rfind(b")") + 2  # after "pid (comm) "; comm may hold ')'
+    return stat[state : state + 1] not in (b"Z", b"X")

@@ -15,8 +15,9 @@ from types import FrameType
 from typing import Any, TextIO
 
 from gmpmon import priority
-from gmpmon.capture.capture import MODES, running
+from gmpmon.capture.capture import MODES
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, parse_kernel
+from gmpmon.capture.targetmem import running
 from gmpmon.capture.triggers import parse_trigger
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
 from gmpmon.files import check_output_path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -12,7 +13,7 @@ import pytest
 
 from tests.gotargets import build
 from tests.integration.test_attach import Proc
-from tests.integration.test_capture import GM, TIMEOUT, env
+from tests.integration.test_capture import GM, TIMEOUT, env, gm_run
 
 
 @pytest.mark.bpf
@@ -68,3 +69,18 @@ def test_run_rejects_a_missing_program() -> None:
     assert r.stderr.startswith("gmpmon: ") and len(r.stderr.strip().splitlines()) == 1
     r = subprocess.run([*GM, "run"], capture_output=True, text=True, timeout=60)
     assert r.returncode == UsageError.exit_code
+
+
+@pytest.mark.bpf
+@pytest.mark.parametrize("build_mode", ["stripped", "nodwarf"])
+def test_run_of_a_table_offsets_program_that_ends_at_once(tmp_path: Path,
+                                                         build_mode: str) -> None:
+    """A program that has exited before its layout could be checked is no wrong table:
+    `run` reports what it captured and exits 0 (it used to say "the offsets table does not
+    fit this process" and exit 5, whenever the program was quicker than the check)."""
+    exe = tmp_path / "quick"
+    shutil.copy(build("sleeper", "1.27", build_mode), exe)
+    for _ in range(3):
+        p, s = gm_run(tmp_path, exe, "-n", "0")
+        assert "offsets table does not fit" not in p.stderr, p.stderr
+        assert s["target"]["go_version"].startswith("go1.27")
