@@ -39,7 +39,7 @@ from gmpmon.tui.widgets.help import HelpScreen
 from gmpmon.tui.widgets.procs import ProcsView
 from gmpmon.tui.widgets.sched import SchedView
 from gmpmon.tui.widgets.status import StatusHeader
-from gmpmon.tui.widgets.targets import TargetPicker
+from gmpmon.tui.widgets.targets import pick_target
 
 VIEWS = ("procs", "sched", "contention", "goroutines", "findings")
 AnyView = ProcsView | SchedView | ContentionView | GoroutinesView | FindingsView
@@ -428,18 +428,7 @@ class GmpmonApp(App[None]):
         self.query_one(StatusHeader).recording = rec.recording_path()
 
     def action_pick_target(self) -> None:
-        if len(self.targets) < 2:
-            self.notify("one target only (gmpmon attach PID PID... watches several)")
-            return
-        current = next(i for i, t in enumerate(self.targets) if t is self.source)
-
-        def chosen(i: int | None) -> None:
-            if i is not None and i != current:
-                self._stop.set()
-                self.switch_to = i
-                self.exit()
-
-        self.push_screen(TargetPicker(self.targets, current), chosen)
+        pick_target(self)
 
     async def action_quit(self) -> None:
         self._stop.set()

@@ -4,7 +4,7 @@ the views show. Every target keeps being captured while another is shown."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -55,3 +55,20 @@ class TargetPicker(ModalScreen[int | None]):
 
     def action_dismiss_none(self) -> None:
         self.dismiss(None)
+
+
+def pick_target(app: Any) -> None:
+    """The app's `T`: open the picker; a new choice ends the app with ``app.switch_to`` set
+    (``gmpmon attach`` then opens the TUI on that target)."""
+    if len(app.targets) < 2:
+        app.notify("one target only (gmpmon attach PID PID... watches several)")
+        return
+    current = next(i for i, t in enumerate(app.targets) if t is app.source)
+
+    def chosen(i: int | None) -> None:
+        if i is not None and i != current:
+            app._stop.set()
+            app.switch_to = i
+            app.exit()
+
+    app.push_screen(TargetPicker(app.targets, current), chosen)
