@@ -184,17 +184,24 @@ def say_recorded(path: str | None) -> None:
         say(f"gmpmon: wrote recording {path}{size}; open it with: gmpmon replay {path}")
 
 
+def tui_factory(args: argparse.Namespace) -> Callable[..., Any] | None:
+    """The TUI's make_app when there is a terminal to draw on (and no --no-tui)."""
+    if args.no_tui or not sys.stdout.isatty():
+        return None
+    try:
+        from gmpmon.tui.app import make_app
+    except ImportError:
+        return None
+    return make_app
+
+
 def watch(session: LiveSession, args: argparse.Namespace, stop: StopEvent) -> None:
     """Show the session until --duration, a signal, or the target's exit."""
-    if not args.no_tui and sys.stdout.isatty():
-        try:
-            from gmpmon.tui.app import make_app
-        except ImportError:
-            pass
-        else:
-            tui(session, args, stop, make_app)
-            return
-    headless(session, args, stop)
+    make_app = tui_factory(args)
+    if make_app is not None:
+        tui(session, args, stop, make_app)
+    else:
+        headless(session, args, stop)
 
 
 def tui(
@@ -495,15 +502,11 @@ def finish(session: LiveSession, args: argparse.Namespace) -> None:
 
 def watch_many(sessions: list[LiveSession], args: argparse.Namespace,
                stop: StopEvent) -> None:
-    if not args.no_tui and sys.stdout.isatty():
-        try:
-            from gmpmon.tui.app import make_app
-        except ImportError:
-            pass
-        else:
-            tui_many(sessions, args, stop, make_app)
-            return
-    headless_many(sessions, args, stop)
+    make_app = tui_factory(args)
+    if make_app is not None:
+        tui_many(sessions, args, stop, make_app)
+    else:
+        headless_many(sessions, args, stop)
 
 
 def tui_many(sessions: list[LiveSession], args: argparse.Namespace, stop: StopEvent,
