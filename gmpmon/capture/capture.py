@@ -96,7 +96,10 @@ class Capture:
         self.runtime: RuntimeSources | None = None
         self.target_exited = False
         self.exit_reason = ""  # "exited", or "exec'd another program"
-        self._exe_id: tuple[int, int] | None = None  # (dev, ino) of the image we probe
+        # (dev, ino) of the image we probe. For attach, taken now, right after its binary was
+        # read: attaching (compiles) takes seconds, and an exec meanwhile must be noticed, not
+        # taken for the image we probe. For `run`, after the child's exec (start_sampler).
+        self._exe_id: tuple[int, int] | None = None if defer_sampler else _exe_id(pid)
         self._q = BatchQueue()  # bounded in events; drops counted (gmpmon/capture/pipeline.py)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

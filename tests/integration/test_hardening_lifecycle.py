@@ -107,7 +107,13 @@ def test_sigkill_of_gmpmon_leaves_the_target_at_full_speed(mode: str, tmp_path: 
         g = start_gmpmon("attach", str(t.pid), "--no-tui", "--mode", mode, "-d", "120",
                          "--record", str(rec))
         wait_attached(t.pid)
-        during = t.rates(1.5)  # also lets the recording collect batches
+        during = t.rates(1.5)
+        # The first batch is written once every capture input is up (the kernel sources'
+        # compile takes seconds on a loaded machine, after the probes are in): kill gmpmon
+        # with at least one complete batch in the recording it is writing.
+        deadline = time.monotonic() + 60
+        while sum(1 for _ in read_recording(str(rec))) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
         size_at_kill = rec.stat().st_size
         sigkill(g)
         assert_nothing_left(t.pid, [g.pid], str(exe))
