@@ -181,7 +181,7 @@ def test_sched_latency_matches_runtime_trace(tmp_path: Path, go: str) -> None:
             0.97, 1.03)
     # The traced span only (trace start and stop have long latencies of their own).
     m = replayed_model(tmp_path / "r.gmp", r.oracle["start_mono"], r.oracle["stop_mono"])
-    lat = hist.stats(m._lat, exact_max=m._lat_max, exact_sum=m._lat_sum)
+    lat = hist.stats(m.latency.hist.events, exact_max=m.latency.max, exact_sum=m.latency.sum)
     compare("sched latency samples (traced span) vs runtime/trace", lat.count, len(tl),
             0.98, 1.02)
     for q in (0.5, 0.9, 0.99):
@@ -263,5 +263,6 @@ def test_many_ps_against_runtime_trace(tmp_path: Path, gomaxprocs: int) -> None:
     compare("goroutine starts (traced span) vs runtime/trace", starts,
             sum(r.trace.starts_by_p.values()), 0.98, 1.02)
     whole = replayed_model(tmp_path / "r.gmp")
-    print(f"latency samples: events {sum(whole._lat)}, kernel {sum(whole._lat_counter)}")
-    assert abs(sum(whole._lat) - sum(whole._lat_counter)) <= sum(whole._lat) // 1000
+    events, kernel = whole.latency.hist.events, whole.latency.hist.kernel
+    print(f"latency samples: events {sum(events)}, kernel {sum(kernel)}")
+    assert abs(sum(events) - sum(kernel)) <= sum(events) // 1000
