@@ -33,6 +33,10 @@ SOURCE_CENSUS = "census"
 LATENCY_NOTE = "runtime histogram, ~1 in 8 sampled"
 
 
+# Counting buckets of the runtime's timeHistogram: 720 (go1.19), 160 (go1.21+).
+HIST_BUCKETS = frozenset({160, 720})
+
+
 def bucket_bounds(n: int) -> tuple[int, ...]:
     """Lower bounds (ns) of the metrics-layout buckets 1..n of a timeHistogram with n counting
     buckets (index 0 = underflow, n+1 = overflow), plus the upper bound of the last one."""
@@ -229,6 +233,8 @@ class RuntimePart(Part):
 
     def on_hist(self, e: EventTuple) -> None:
         n = e[3]
+        if n not in HIST_BUCKETS:
+            return  # not a timeHistogram layout (a damaged or hand-made event): never allocate n
         hist = self._hists.get(e[4])
         if hist is None or len(hist) != n + 2:
             hist = self._hists[e[4]] = [0] * (n + 2)
