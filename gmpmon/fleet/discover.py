@@ -81,7 +81,7 @@ class Discovery:
             version = self._versions[key]
         else:
             version = go_version_of(exe)
-            if version is not None or _alive(pid):
+            if version is not None or exists(pid):
                 # Cache a "not Go" only while the process still exists: a read that failed
                 # because it exited says nothing about the file.
                 self._versions[key] = version
@@ -132,7 +132,8 @@ def _pids() -> Iterator[int]:
             yield int(n)
 
 
-def _alive(pid: int) -> bool:
+def exists(pid: int) -> bool:
+    """/proc/PID is there (a zombie counts: it exists until reaped)."""
     return os.path.exists(f"/proc/{pid}")
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from gmpmon.fleet.discover import Discovery, GoProcess
+from gmpmon.fleet.discover import Discovery, GoProcess, exists
 from gmpmon.fleet.metrics import ProcessReading
 from gmpmon.fleet.watch import InfoCache, Watch, watch_or_reason
 
@@ -67,7 +67,7 @@ class Fleet:
             if gp is not None:
                 out.append(gp)
             elif pid not in self._refused and pid not in self.watches:
-                self._refused[pid] = "gone" if not _exists(pid) else "not a Go program"
+                self._refused[pid] = "gone" if not exists(pid) else "not a Go program"
                 self.say(f"process {pid}: {self._refused[pid]}; not watched")
         return out
 
@@ -93,7 +93,7 @@ class Fleet:
                 self.say(f"process {pid} ({gp.exe_name}): {line}")
             self.watches[pid] = made
         # Forget refusals of pids that are gone: a new process may reuse the pid.
-        for pid in [p for p in self._refused if not _exists(p)]:
+        for pid in [p for p in self._refused if not exists(p)]:
             del self._refused[pid]
 
     # ---------------------------------------------------------------- reading
@@ -163,8 +163,3 @@ class Fleet:
         """True once the fleet thread has stopped (by stop() or an error)."""
         return self._stop.wait(timeout)
 
-
-def _exists(pid: int) -> bool:
-    import os
-
-    return os.path.exists(f"/proc/{pid}")

@@ -16,7 +16,7 @@ from gmpmon.capture.sampler import check_layout
 from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.errors import GmpmonError
 from gmpmon.events import EventTuple, Kind, RtHist
-from gmpmon.fleet.discover import GoProcess
+from gmpmon.fleet.discover import GoProcess, exists
 from gmpmon.fleet.watch import InfoCache
 from gmpmon.model.runtime import hist_stats
 from gmpmon.session import read_gomaxprocs
@@ -56,7 +56,7 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
     try:
         info = cache.get(proc)
     except GmpmonError as e:
-        if not _alive(proc.pid):
+        if not exists(proc.pid):
             return None
         return LifetimeStats(proc, None, None, None, None, note=e.one_line())
     try:
@@ -66,7 +66,7 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
         return None
     try:
         if not layout.ok("procs", "sched"):
-            if not _alive(proc.pid):
+            if not exists(proc.pid):
                 return None
             return LifetimeStats(proc, None, None, None, None,
                                  note=layout.why("procs", "sched"))
@@ -90,14 +90,9 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
             note="; ".join(notes[:1]),
         )
     except OSError:
-        if not _alive(proc.pid):
+        if not exists(proc.pid):
             return None
         return LifetimeStats(proc, None, None, None, None, note="memory unreadable")
     finally:
         mem.close()
 
-
-def _alive(pid: int) -> bool:
-    import os
-
-    return os.path.exists(f"/proc/{pid}")

@@ -22,7 +22,7 @@ from gmpmon.events import EventTuple, Kind
 from gmpmon.fleet.discover import ExeKey, GoProcess
 from gmpmon.fleet.metrics import LATENCY_LE_NS, LatencyHistogram, ProcessReading
 from gmpmon.fleet.threads import SchedstatTotals
-from gmpmon.model.runtime import RuntimePart, RuntimeView
+from gmpmon.model.runtime import RuntimePart
 from gmpmon.model.snapshot import LatencyStats
 
 P_SAMPLE = int(Kind.P_SAMPLE)
@@ -134,9 +134,6 @@ class Watch:
             k = (p, name)
             self._p_seconds[k] = self._p_seconds.get(k, 0.0) + (ts - last[0]) / 1e9
         self._p_last[p] = (ts, status)
-
-    def view(self) -> RuntimeView | None:
-        return self.part.view()
 
     def reading(self) -> ProcessReading:
         if self.down_reason is not None:
