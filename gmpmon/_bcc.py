@@ -86,3 +86,18 @@ def first_compile_error(stderr_lines: list[str]) -> str | None:
         if "error:" in line:
             return line.split("error:", 1)[1].strip()
     return None
+
+
+def _scalar(x: object) -> int:
+    return x if isinstance(x, int) else int(x.value)  # type: ignore[attr-defined]
+
+
+def scalar_items(table: object) -> list[tuple[int, int]]:
+    """(key, value) of a BCC table whose key and value are scalars, in one syscall where the
+    kernel has batch ops. BCC's batch lookup yields plain ints for scalar types and its
+    item walk yields ctypes; both come out as ints here."""
+    try:
+        pairs = list(table.items_lookup_batch())  # type: ignore[attr-defined]
+    except Exception:  # kernels without batch ops: BCC raises a bare Exception
+        pairs = list(table.items())  # type: ignore[attr-defined]
+    return [(_scalar(k), _scalar(v)) for k, v in pairs]

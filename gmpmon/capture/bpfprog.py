@@ -22,6 +22,7 @@ from gmpmon._bcc import (
     header_dir,
     headers_present,
     import_bcc,
+    scalar_items,
 )
 from gmpmon.binary.info import BinaryInfo, ProbeSite
 from gmpmon.capture.sites import BinaryText, Site
@@ -305,11 +306,7 @@ class BpfProgram:
 
     def counter_deltas(self) -> list[tuple[int, int, int, int]]:
         """(table, p, key, delta) for every counter that grew since the last call."""
-        table = self.bpf[b"counters"]
-        try:
-            items = [(k.value, v.value) for k, v in table.items_lookup_batch()]
-        except Exception:
-            items = [(k.value, v.value) for k, v in table.items()]
+        items = scalar_items(self.bpf[b"counters"])
         out = []
         prev = self._prev_counters
         for k, v in items:

@@ -18,6 +18,7 @@ from gmpmon._bcc import (
     header_dir,
     headers_present,
     import_bcc,
+    scalar_items,
 )
 from gmpmon.capture.bpfprog import PROBE_DIR, decode_counter_key
 from gmpmon.errors import KernelHeadersError, KernelSupportError, PermissionDenied
@@ -68,11 +69,7 @@ class CounterReader:
         self._loss = [n for n in names if n in getattr(bpf, "tables", {}) or _has(bpf, n)]
 
     def totals(self) -> dict[int, int]:
-        table = self.bpf[b"counters"]
-        try:
-            return {k.value: v.value for k, v in table.items_lookup_batch()}
-        except Exception:
-            return {k.value: v.value for k, v in table.items()}
+        return dict(scalar_items(self.bpf[b"counters"]))
 
     def deltas(self) -> list[tuple[int, int, int, int]]:
         """(table, p, key, delta) for every counter that grew since the last call."""

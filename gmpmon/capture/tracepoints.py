@@ -71,6 +71,21 @@ def _items(table: Any) -> list[tuple[Any, Any]]:
         return list(table.items())
 
 
+def _drain(table: Any) -> list[Any]:
+    """Every value of ``table``, each entry deleted as it is read (one syscall where the
+    kernel has batch ops). BCC's batch calls yield plain ints for scalar keys, never
+    ctypes keys, so nothing here indexes the table by a key the batch returned."""
+    try:
+        return [v for _k, v in table.items_lookup_and_delete_batch()]
+    except Exception:  # kernels without batch ops: BCC raises a bare Exception
+        out = []
+        for k, v in list(table.items()):
+            out.append(v)
+            with contextlib.suppress(KeyError):
+                del table[k]
+        return out
+
+
 def tracepoint_defs(info: BinaryInfo, tgid: int) -> dict[str, int]:
     defs = {"TGID": tgid}
     for flag, key in _FIELDS.items():
@@ -155,11 +170,10 @@ class Tracepoints:
         totals: dict[int, tuple[int, ...]] = {}
         for _k, v in _items(self.bpf[b"ours"]):
             totals[v.tid] = _thr_totals(v)
-        dead = self.bpf[b"dead"]
         gone = []
-        for k, v in _items(dead):
+        for v in _drain(self.bpf[b"dead"]):
             totals[v.tid] = _thr_totals(v)
-            gone.append(k)
+            gone.append(v.tid)
         for tid, tot in totals.items():
             prev = self._thr_prev.get(tid, (0,) * len(tot))
             for (table, sw), a, b in zip(_THR_FIELDS, tot, prev, strict=True):
@@ -167,10 +181,8 @@ class Tracepoints:
                     key = tid if sw is None else (sw << 24) | tid
                     out.append((now, Kind.COUNTER, -1, 0, table, key, a - b))
             self._thr_prev[tid] = tot
-        for k in gone:
-            with contextlib.suppress(KeyError):
-                del dead[k]
-            self._thr_prev.pop(k.value, None)
+        for tid in gone:
+            self._thr_prev.pop(tid, None)
         hist = self.bpf[b"runq_hist"]
         for i in range(len(self._hist_prev)):
             n = int(sum(hist[ct.c_int(i)]))

@@ -232,6 +232,53 @@ def test_sched_tracepoints_match_the_kernels_schedstat(tmp_path: Path) -> None:
 
 
 @pytest.mark.bpf
+def test_sched_totals_of_threads_that_exit_are_counted_once(tmp_path: Path) -> None:
+    """Threads that exit mid-capture (goroutines that return still locked to their thread):
+    their final totals come from the `dead` table, read while the target runs and after it
+    has gone. The oracle is the kernel's CPU time of the whole process (rusage from wait4,
+    dead threads included) less what it had used before the tracepoints went on."""
+    import os
+
+    from gmpmon.capture.tracepoints import Tracepoints
+
+    exits = 40
+    p, info = start(tmp_path, "lockedthread", "1.27", "-t", "200ms", "-exits", str(exits))
+    t = Tracepoints(info, p.pid)
+    out: list[EventTuple] = []
+    status = None
+    try:
+        t.start(("sched",))
+        before = sum(on for on, _ in schedstat(p.pid).values())
+        go_on(p)
+        deadline = time.monotonic() + 30
+        while status is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            t.read_counters(0, out)  # drains `dead` while threads are still exiting
+            pid, st, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                status = (st, ru)
+        assert status is not None, "lockedthread did not end"
+        p.returncode = os.waitstatus_to_exitcode(status[0])
+        t.read_counters(0, out)
+    finally:
+        t.close()
+        if status is None:
+            go_on(p)
+            p.wait(timeout=30)
+    assert p.returncode == 0
+    ru = status[1]
+    oracle = round((ru.ru_utime + ru.ru_stime) * 1e9) - before
+    on: Counter[int] = Counter()
+    for e in out:
+        if e[1] == Kind.COUNTER and e[4] == Ctr.M_ONCPU_NS:
+            on[e[5]] += e[6]
+    assert len(on) >= exits // 2, f"{len(on)} threads seen, {exits} exited"
+    assert exits * 5_000_000 <= oracle  # each exiting thread spun 5 ms
+    assert 0.95 * oracle - 10_000_000 <= sum(on.values()) <= 1.05 * oracle + 10_000_000, (
+        sum(on.values()), oracle)
+
+
+@pytest.mark.bpf
 @pytest.mark.parametrize("go", VERSIONS)
 def test_syscall_tracepoints_count_every_blocking_nanosleep(tmp_path: Path, go: str) -> None:
     """The workload's one goroutine makes N nanosleep(1 ms): sys_enter/exit see >= N, all

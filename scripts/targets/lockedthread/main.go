@@ -26,10 +26,24 @@ func pinned(in <-chan int, done chan<- int) {
 	done <- n
 }
 
+// exiting locks its thread, spins for d and returns still locked: the runtime ends the
+// thread with it (an M that exits, as a cgo library's worker thread may).
+//
+//go:noinline
+func exiting(d time.Duration, done chan<- int) {
+	runtime.LockOSThread()
+	n := 0
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		n++
+	}
+	done <- n
+}
+
 func main() {
 	t := flag.Duration("t", 3*time.Second, "how long to run")
 	every := flag.Duration("every", time.Millisecond, "time between messages to the pinned goroutine")
 	k := flag.Int("k", 2, "pinned goroutines")
+	exits := flag.Int("exits", 0, "then this many goroutines, one after another, each lock a thread, spin 5 ms and return locked: each takes its thread with it")
 	flag.Parse()
 	gate.Ready()
 	done := make(chan int)
@@ -51,6 +65,10 @@ func main() {
 	}
 	total := 0
 	for range ins {
+		total += <-done
+	}
+	for i := 0; i < *exits; i++ {
+		go exiting(5*time.Millisecond, done)
 		total += <-done
 	}
 	fmt.Println("done", total)
