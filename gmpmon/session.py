@@ -18,7 +18,7 @@ from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.capture import Capture
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL
 from gmpmon.capture.pipeline import thin
-from gmpmon.capture.sampler import check_layout, gate_table_offsets
+from gmpmon.capture.sampler import check_layout, gate_layout
 from gmpmon.capture.triggers import TriggerSpec
 from gmpmon.dumps import DumpKeeper
 from gmpmon.events import Batch, Header, Stage
@@ -192,7 +192,7 @@ class LiveSession:
         show the old address space)."""
         if load_bias is not None:
             self.capture.set_load_bias(load_bias)
-        gate_table_offsets(self.capture.info, self.pid, starting=True)
+        self.capture.use_checked(gate_layout(self.capture.info, self.pid, starting=True))
         self.capture.start_sampler()
 
     def start(self) -> None:

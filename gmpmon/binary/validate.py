@@ -22,6 +22,7 @@ all its checks hold in one of them; a wrong layout fails every time.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import time
 from collections.abc import Callable
@@ -242,6 +243,36 @@ class _Checks:
         if gp:
             gm = m.u64(gp + o("runtime.g.m"), "allm.curg.m")
             _need(gm in (mp, 0), f"allm.curg.m == allm (read {gm:#x})")
+
+
+# The globals each group vouches for: a failed group makes them untrusted.
+GROUP_GLOBALS: dict[str, tuple[str, ...]] = {
+    "procs": ("runtime.allp", "runtime.gomaxprocs"),
+    "sched": ("runtime.sched",),
+    "allgs": ("runtime.allgs", "runtime.allglen"),
+    "allm": ("runtime.allm",),
+}
+
+
+def trusted(info: BinaryInfo, layout: Layout) -> BinaryInfo:
+    """``info`` without the globals whose checks failed on the process (their readers then
+    see them as absent, with the failed check in ``globals_missing``), and the first failure
+    as ``missing_optional["layout"]``."""
+    if layout.ok():
+        return info
+    globals_ = dict(info.globals)
+    missing = dict(info.globals_missing)
+    for group, why in layout.failed.items():
+        for g in GROUP_GLOBALS.get(group, ()):
+            if g in globals_:
+                del globals_[g]
+                missing[g] = f"layout check failed: {why}"
+    return dataclasses.replace(
+        info,
+        globals=globals_,
+        globals_missing=missing,
+        missing_optional={**info.missing_optional, "layout": layout.why()},
+    )
 
 
 def describe_source(info: BinaryInfo) -> str:

@@ -284,9 +284,8 @@ class BpfProgram:
 
     def set_load_bias(self, bias: int) -> None:
         """Tell the programs where the target's globals are (PIE: known once mapped)."""
-        addr = runqsize_link_addr(self.info)
-        if addr:
-            self.bpf[b"runq_addr"][ct.c_int(0)] = ct.c_uint64(addr + bias)
+        addr = runqsize_link_addr(self.info)  # 0 (unknown) when sched failed its checks
+        self.bpf[b"runq_addr"][ct.c_int(0)] = ct.c_uint64(addr + bias if addr else 0)
 
     def new_window(self) -> None:
         """Bump the generation the hot probes stamp their timestamps with."""

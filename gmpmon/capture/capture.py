@@ -187,6 +187,13 @@ class Capture:
         if self.prog is not None:
             self.prog.set_load_bias(bias)
 
+    def use_checked(self, info: BinaryInfo) -> None:
+        """`run`: the BinaryInfo after the layout checks (gate_layout), once exec'd."""
+        self.info = info
+        if self.prog is not None:
+            self.prog.info = info
+            self.prog.set_load_bias(info.load_bias)
+
     def start_sampler(self) -> None:
         """Open the target's memory (sample and default modes). For `run`, only after exec:
         /proc/PID/mem opened earlier keeps pointing at the pre-exec address space."""

@@ -22,7 +22,7 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
-from gmpmon.binary.validate import Layout, validate_layout
+from gmpmon.binary.validate import GROUPS, Layout, trusted, validate_layout
 from gmpmon.capture.targetmem import running
 from gmpmon.errors import TargetError, UnsupportedError
 from gmpmon.events import EventTuple, Kind
@@ -61,38 +61,39 @@ def check_layout(
         os.close(fd)
 
 
-def gate_table_offsets(info: BinaryInfo, pid: int, *, starting: bool = False) -> None:
-    """Offsets from a table (no DWARF) are what the probes read through as well: when the
-    "procs" checks fail on this process, refuse to trace it (UnsupportedError, one line).
+def gate_layout(info: BinaryInfo, pid: int, *, starting: bool = False) -> BinaryInfo:
+    """Run every layout check on the process before anything reads it; return ``info``
+    without the globals that failed theirs (so the memory readers and the BPF programs
+    leave them alone).
+
+    Offsets from a table (no DWARF) are what the probes read through as well: when the
+    "procs" checks fail with them, refuse to trace the process (UnsupportedError, one line).
     A table of an older Go (the binary is newer than the table) must pass them; the table
     of the binary's own version is also accepted when the globals to check it with were not
     found (the test matrix checks those tables against DWARF)."""
-    if info.offsets_source != "table":
-        return
-    newer = info.offsets_table != f"1.{info.go_minor}"
     # A process that exits while it is checked (a short-lived program under `gmpmon run`)
     # fails every read: that is no verdict on the table, and nothing is left to protect.
     # Its memory goes before it turns zombie, so look again a moment later.
     try:
-        layout = check_layout(info, pid, ("procs",), starting=starting)
+        layout = check_layout(info, pid, GROUPS, starting=starting)
     except OSError as e:
         if not _still_running(pid):
-            return
+            return info
         raise TargetError(f"process {pid}: cannot read its memory ({e.strerror})") from e
-    if layout.ok("procs") or ("procs" in layout.unchecked and not newer):
-        return
-    if not _still_running(pid):
-        return
-    what = (
-        f"{info.go_version} is newer than gmpmon's offsets table and go{info.offsets_table}'s "
-        "layout does not fit it"
-        if newer
-        else f"the go{info.offsets_table} offsets table does not fit this process"
-    )
-    raise UnsupportedError(
-        f"process {pid}: {what}: {layout.why('procs')}",
-        hint="rebuild it without -ldflags=-w (DWARF), or update gmpmon's offsets table",
-    )
+    if info.offsets_source == "table" and not layout.ok("procs"):
+        newer = info.offsets_table != f"1.{info.go_minor}"
+        if (newer or "procs" not in layout.unchecked) and _still_running(pid):
+            what = (
+                f"{info.go_version} is newer than gmpmon's offsets table and "
+                f"go{info.offsets_table}'s layout does not fit it"
+                if newer
+                else f"the go{info.offsets_table} offsets table does not fit this process"
+            )
+            raise UnsupportedError(
+                f"process {pid}: {what}: {layout.why('procs')}",
+                hint="rebuild it without -ldflags=-w (DWARF), or update gmpmon's offsets table",
+            )
+    return trusted(info, layout)
 
 
 def _still_running(pid: int) -> bool:
@@ -126,8 +127,8 @@ class Sampler:
         if allp is None or sched is None or "runtime.gomaxprocs" not in info.globals:
             missing = [g for g in SAMPLER_GLOBALS if g not in info.globals]
             raise ValueError(
-                f"{', '.join(missing)} not found in the binary: "
-                + "; ".join(info.globals_missing.get(g, "?") for g in missing)
+                f"no {', '.join(missing)}: "
+                + "; ".join(dict.fromkeys(info.globals_missing.get(g, "?") for g in missing))
             )
         self.allp = allp + bias
         self.sched = sched + bias

@@ -142,11 +142,11 @@ def run(args: argparse.Namespace) -> int:
     if pid <= 0 or not os.path.exists(f"/proc/{pid}"):
         raise TargetError(f"no process with pid {pid}")
     from gmpmon.binary import load_pid
-    from gmpmon.capture.sampler import gate_table_offsets
+    from gmpmon.capture.sampler import gate_layout
 
     with target_may_vanish(pid):
         info = load_pid(pid)
-        gate_table_offsets(info, pid)
+        info = gate_layout(info, pid)
         session = LiveSession(
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
             budget_pct=args.budget, record=args.record, census_s=args.census_interval,
@@ -441,7 +441,7 @@ def check_paths(args: argparse.Namespace) -> None:
 def run_many(args: argparse.Namespace, pids: list[int]) -> int:
     check_paths(args)
     from gmpmon.binary import load_pid
-    from gmpmon.capture.sampler import gate_table_offsets
+    from gmpmon.capture.sampler import gate_layout
 
     sessions: list[LiveSession] = []
     with stop_signals() as stop:
@@ -454,7 +454,7 @@ def run_many(args: argparse.Namespace, pids: list[int]) -> int:
                         raise TargetError(f"no process with pid {pid}")
                     with target_may_vanish(pid):
                         info = load_pid(pid)
-                        gate_table_offsets(info, pid)
+                        info = gate_layout(info, pid)
                         s = LiveSession(
                             info, pid, mode=args.mode, window_ms=args.window_ms,
                             period_ms=args.period_ms, budget_pct=args.budget,

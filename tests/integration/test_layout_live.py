@@ -205,3 +205,25 @@ def test_inspect_of_a_pid_runs_the_layout_checks(tmp_path: Path) -> None:
     assert bad.returncode == 0, bad.stderr
     assert "layout check failed (procs): allp[0].id == 0 (read 1)" in (
         bad.stdout), bad.stdout
+
+
+@pytest.mark.bpf
+def test_a_layout_check_failing_on_sched_turns_off_only_what_reads_it(tmp_path: Path) -> None:
+    """-w build (symbols, table offsets) with a wrong schedt.npidle in the table: the P
+    layout holds, so gmpmon traces; runtime.sched is dropped, said in one line."""
+    go = versions()[-1]
+    t = started(tmp_path, *BUSY, go, "nodwarf")
+    try:
+        gm = Proc([*GM, "attach", str(t.p.pid), "--no-tui", "--mode", "sample", "-d", "1"],
+                  env=env(GMPMON_OFFSETS_TABLE=str(
+                      wrong_table(tmp_path, go, runtime__schedt__npidle=8))))
+        gm.wait_line("Tracing Go scheduler of PID")
+        assert gm.p.wait(timeout=TIMEOUT) == 0, gm.err
+    finally:
+        t.kill()
+    lines = gm.err.splitlines()
+    assert lines == [
+        "gmpmon: no sampler (no runtime.sched: layout check failed: sched.npidle == the number "
+        + lines[0].split("the number ", 1)[1]
+    ], gm.err
+    assert "; probes only" in lines[0] and "Traceback" not in gm.err

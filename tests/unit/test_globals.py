@@ -167,3 +167,17 @@ def test_a_newer_go_without_dwarf_takes_the_newest_table_and_says_so(tmp_path: P
     )
     j = json.loads(inspect(str(fut), "--json").stdout)
     assert j["offsets_table"] == newest and j["offsets_origin"] == f"table go{newest} (newest)"
+
+
+def test_trusted_drops_exactly_the_globals_of_failed_groups() -> None:
+    from gmpmon.binary.validate import GROUP_GLOBALS, GROUPS, Layout, trusted
+
+    i = info(*MATRIX[0])
+    assert trusted(i, Layout()) is i
+    for group in GROUPS:
+        t = trusted(i, Layout(failed={group: "x == y (read 3)"}, source="s"))
+        gone = set(i.globals) - set(t.globals)
+        assert gone == set(GROUP_GLOBALS[group]) & set(i.globals), group
+        for g in gone:
+            assert t.globals_missing[g] == "layout check failed: x == y (read 3)"
+        assert t.missing_optional["layout"] == "layout check failed: x == y (read 3) [s]"
