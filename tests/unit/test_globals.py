@@ -181,3 +181,18 @@ def test_trusted_drops_exactly_the_globals_of_failed_groups() -> None:
         for g in gone:
             assert t.globals_missing[g] == "layout check failed: x == y (read 3)"
         assert t.missing_optional["layout"] == "layout check failed: x == y (read 3) [s]"
+
+
+def test_a_newer_go_with_dwarf_uses_its_dwarf(tmp_path: Path) -> None:
+    newest = table_minors()[-1]
+    src = Path(load_build(newest, "default").path)
+    real = load(str(src)).go_version
+    new = f"go{future_minor()}.0".ljust(len(real), "0")
+    data = src.read_bytes()
+    assert data.count(real.encode()) >= 2  # .go.buildinfo and runtime.buildVersion's bytes
+    fut = tmp_path / "fut"
+    fut.write_bytes(data.replace(real.encode(), new.encode()))
+    i = load(str(fut))
+    assert i.go_version == new and i.dwarf and i.offsets_source == "dwarf"
+    assert i.offsets_table == "" and "offsets" not in i.missing_optional
+    assert i.offsets == load(str(src)).offsets
