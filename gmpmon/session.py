@@ -186,14 +186,17 @@ class LiveSession:
                     state=f"{cs.windows} windows, {cs.cut_short} cut short",
                     detail=cs.header_text())
 
-    def target_started(self, load_bias: int | None = None) -> None:
+    def target_started(self, load_bias: int | None = None) -> BinaryInfo:
         """`gmpmon run`: the target has exec'd. Tell the probes where a PIE's globals are,
-        and start what reads its memory (only now: a handle opened before the exec would
-        show the old address space)."""
+        check the layout (the globals that fail it are dropped), and start what reads its
+        memory (only now: a handle opened before the exec would show the old address
+        space). Returns the checked BinaryInfo."""
         if load_bias is not None:
             self.capture.set_load_bias(load_bias)
-        self.capture.use_checked(gate_layout(self.capture.info, self.pid, starting=True))
+        checked = gate_layout(self.capture.info, self.pid, starting=True)
+        self.capture.use_checked(checked)
         self.capture.start_sampler()
+        return checked
 
     def start(self) -> None:
         """Attach (raises a GmpmonError when it cannot) and start modelling."""

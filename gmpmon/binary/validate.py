@@ -67,7 +67,7 @@ class Layout:
         """One line naming the failed check, "" when every group asked for holds."""
         for g in groups or GROUPS:
             if g in self.failed:
-                return f"layout check failed: {self.failed[g]} [{self.source}]"
+                return f"{FAILED_PREFIX}{self.failed[g]} [{self.source}]"
         return ""
 
 
@@ -116,6 +116,9 @@ class _Checks:
     def addr(self, name: str) -> int:
         a = self.info.globals.get(name)
         if a is None:
+            why = self.info.globals_missing.get(name, "")
+            if why.startswith(FAILED_PREFIX):  # dropped by trusted(): it failed this check
+                raise Failed(why.removeprefix(FAILED_PREFIX))
             raise Missing(f"{name} was not found in the binary")
         return a + self.info.load_bias
 
@@ -245,6 +248,14 @@ class _Checks:
             _need(gm in (mp, 0), f"allm.curg.m == allm (read {gm:#x})")
 
 
+FAILED_PREFIX = "layout check failed: "
+# What reads each group's globals (for the one line that says what is off).
+GROUP_READERS: dict[str, str] = {
+    "procs": "memory sampler, runtime counters, GOMAXPROCS from memory",
+    "sched": "memory sampler, runtime counters, global runq",
+    "allgs": "goroutine census",
+    "allm": "per-M lock waits",
+}
 # The globals each group vouches for: a failed group makes them untrusted.
 GROUP_GLOBALS: dict[str, tuple[str, ...]] = {
     "procs": ("runtime.allp", "runtime.gomaxprocs"),
@@ -266,12 +277,19 @@ def trusted(info: BinaryInfo, layout: Layout) -> BinaryInfo:
         for g in GROUP_GLOBALS.get(group, ()):
             if g in globals_:
                 del globals_[g]
-                missing[g] = f"layout check failed: {why}"
+                missing[g] = FAILED_PREFIX + why
     return dataclasses.replace(
         info,
         globals=globals_,
         globals_missing=missing,
-        missing_optional={**info.missing_optional, "layout": layout.why()},
+        missing_optional={
+            **info.missing_optional,
+            "layout": layout.why()
+            + "; off: "
+            + ", ".join(dict.fromkeys(
+                r.strip() for g in layout.failed for r in GROUP_READERS[g].split(",")
+            )),
+        },
     )
 
 

@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from gmpmon import priority
+from gmpmon.binary.validate import FAILED_PREFIX
 from gmpmon.capture.capture import MODES
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, parse_kernel
 from gmpmon.capture.targetmem import running
@@ -147,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     with target_may_vanish(pid):
         info = load_pid(pid)
         info = gate_layout(info, pid)
+        if "layout" in info.missing_optional:  # said once here; the readers stay quiet
+            print(f"gmpmon: {info.missing_optional['layout']}", file=sys.stderr)
         session = LiveSession(
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
             budget_pct=args.budget, record=args.record, census_s=args.census_interval,
@@ -251,9 +254,10 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
     )
     state = session.state()
     for note in state.notes:
-        print(f"gmpmon: {note}", file=sys.stderr)
+        if FAILED_PREFIX not in note:  # a layout failure was said once, at the gate
+            print(f"gmpmon: {note}", file=sys.stderr)
     sampler = state.input("sampler")
-    if sampler is not None and sampler.state == FAILED:
+    if sampler is not None and sampler.state == FAILED and FAILED_PREFIX not in sampler.detail:
         print(f"gmpmon: no sampler ({sampler.detail}); probes only", file=sys.stderr)
     start = time.monotonic()
     deadline = start + args.duration if args.duration else None
@@ -455,6 +459,9 @@ def run_many(args: argparse.Namespace, pids: list[int]) -> int:
                     with target_may_vanish(pid):
                         info = load_pid(pid)
                         info = gate_layout(info, pid)
+                        if "layout" in info.missing_optional:
+                            print(f"gmpmon: {pid}: {info.missing_optional['layout']}",
+                                  file=sys.stderr)
                         s = LiveSession(
                             info, pid, mode=args.mode, window_ms=args.window_ms,
                             period_ms=args.period_ms, budget_pct=args.budget,

@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -127,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
                     from gmpmon.binary.target import load_bias
 
                     bias = load_bias(pid, Elf(read_file(exe), exe), exe)
-                session.target_started(bias)
+                checked = session.target_started(bias)
+                if "layout" in checked.missing_optional:  # said once; the readers stay quiet
+                    print(f"gmpmon: {checked.missing_optional['layout']}", file=sys.stderr)
                 forward = _Forwarder(pid, stop)
                 forward.start()
                 try:
