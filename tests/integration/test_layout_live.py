@@ -210,7 +210,8 @@ def test_inspect_of_a_pid_runs_the_layout_checks(tmp_path: Path) -> None:
 @pytest.mark.bpf
 def test_a_layout_check_failing_on_sched_turns_off_only_what_reads_it(tmp_path: Path) -> None:
     """-w build (symbols, table offsets) with a wrong schedt.npidle in the table: the P
-    layout holds, so gmpmon traces; runtime.sched is dropped, said in one line (and not again by each reader)."""
+    layout holds, so gmpmon traces; runtime.sched is dropped, said in one line (and not
+    again by each reader)."""
     go = versions()[-1]
     t = started(tmp_path, *BUSY, go, "nodwarf")
     try:
