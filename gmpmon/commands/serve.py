@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
 from gmpmon.errors import PermissionDenied, TargetError, UsageError
+from gmpmon.fleet.findings import WINDOW_S
 from gmpmon.fleet.fleet import Fleet
 from gmpmon.fleet.metrics import families
 from gmpmon.fleet.server import parse_listen, serve_registry
@@ -59,6 +60,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--census-interval", type=float, default=5.0, metavar="S",
                    help="seconds between goroutine censuses of each process (default 5; "
                    "0 = none)")
+    p.add_argument("--findings-window", type=float, default=WINDOW_S, metavar="S",
+                   help="gmpmon_findings{id,severity} look at the last S/2 to S seconds of "
+                   f"each process (default {WINDOW_S:g}; 0 = no findings)")
     p.set_defaults(func=run)
 
 
@@ -75,8 +79,9 @@ def run(args: argparse.Namespace) -> int:
     chosen = sum((bool(args.pids), bool(args.all), args.match is not None))
     if chosen != 1:
         raise UsageError("say what to watch: PID..., --all or --match REGEX (one of them)")
-    if args.interval <= 0 or args.census_interval < 0:
-        raise UsageError("--interval must be > 0 and --census-interval >= 0")
+    if args.interval <= 0 or args.census_interval < 0 or args.findings_window < 0:
+        raise UsageError("--interval must be > 0, --census-interval and --findings-window "
+                         ">= 0")
     match = None
     if args.match is not None:
         try:
@@ -88,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         raise PermissionDenied("gmpmon serve reads other processes' memory",
                                hint="run as root, as for attach")
     fleet = Fleet(pids=tuple(args.pids), all_=args.all, match=match,
-                  interval_s=args.interval, census_s=args.census_interval, per_p=args.per_p)
+                  interval_s=args.interval, census_s=args.census_interval, per_p=args.per_p,
+                  findings_window_s=args.findings_window)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(fleet))
     server = serve_registry(registry, host, port)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from gmpmon.fleet.discover import Discovery, GoProcess, exists
+from gmpmon.fleet.findings import WINDOW_S
 from gmpmon.fleet.metrics import ProcessReading
 from gmpmon.fleet.watch import InfoCache, Watch, watch_or_reason
 
@@ -33,6 +34,7 @@ class Fleet:
         census_s: float = 5.0,
         per_p: bool = False,
         p_interval_s: float = 0.1,
+        findings_window_s: float = WINDOW_S,
         rescan_s: float = RESCAN_S,
         say: Callable[[str], None] | None = None,
     ) -> None:
@@ -43,6 +45,7 @@ class Fleet:
         self.census_s = census_s
         self.per_p = per_p
         self.p_interval_s = p_interval_s
+        self.findings_window_s = findings_window_s
         self.rescan_s = rescan_s
         self.say = say or (lambda line: print(f"gmpmon: {line}", file=sys.stderr))
         self.discovery = Discovery()
@@ -84,7 +87,8 @@ class Fleet:
             if pid in self.watches or pid in self._refused:
                 continue
             made, why = watch_or_reason(gp, self.cache, census_s=self.census_s,
-                                        per_p=self.per_p)
+                                        per_p=self.per_p,
+                                        findings_window_s=self.findings_window_s)
             if made is None:
                 self._refused[pid] = why or "cannot be read"
                 self.say(f"process {pid} ({gp.exe_name}): {self._refused[pid]}; not watched")

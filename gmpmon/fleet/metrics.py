@@ -115,7 +115,9 @@ def families(readings: Iterable[ProcessReading], scrape_errors: int = 0) -> Iter
         labels=[*LABELS, "p", "state"],
     )
     fnd = GaugeMetricFamily(
-        "gmpmon_findings", "Scheduler findings currently raised (1 per finding)",
+        "gmpmon_findings",
+        "Scheduler findings raised over the process's last 30-60 s (1 per finding; "
+        "docs/findings.md; trap-free sources unless serve --mode adds probes)",
         labels=[*LABELS, "id", "severity"],
     )
     for r in rs:

@@ -2,10 +2,11 @@
 
 A :class:`Watch` owns the trap-free readers of one target (gmpmon.capture.runtime_sources:
 the runtime's counters and the goroutine census from /proc/PID/mem; the memory sampler of P
-states; schedstat of its threads) and folds what they read in the same model part that
-``attach`` uses (gmpmon.model.runtime), so a number means the same in ``serve``, ``ps`` and
-the TUI. ``refresh()`` is called by one background thread for every watch (``serve``) or
-once (``ps``); it never raises for a target that exits: the watch just goes down.
+states; schedstat of its threads; its cgroup's CPU files) and folds what they read in the
+same model part that ``attach`` uses (gmpmon.model.runtime), so a number means the same in
+``serve``, ``ps`` and the TUI. The same events feed the findings engine over a sliding
+window (gmpmon/fleet/findings.py). ``refresh()`` is called by one background thread for
+every watch (``serve``); it never raises for a target that exits: the watch just goes down.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ import time
 from collections.abc import Callable
 
 from gmpmon.binary import BinaryInfo, load_pid
+from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
 from gmpmon.errors import GmpmonError
 from gmpmon.events import EventTuple, Kind
 from gmpmon.fleet.discover import ExeKey, GoProcess
+from gmpmon.fleet.findings import WINDOW_S, FindingsWindow, sample_header
 from gmpmon.fleet.metrics import LATENCY_LE_NS, LatencyHistogram, ProcessReading
 from gmpmon.fleet.threads import SchedstatTotals
 from gmpmon.model.runtime import RuntimePart
 from gmpmon.model.snapshot import LatencyStats
+from gmpmon.session import read_gomaxprocs
 
 P_SAMPLE = int(Kind.P_SAMPLE)
 
@@ -56,6 +60,7 @@ class Watch:
         *,
         census_s: float = 5.0,
         per_p: bool = False,
+        findings_window_s: float = WINDOW_S,
     ) -> None:
         self.proc = proc
         self.info = info
@@ -70,11 +75,18 @@ class Watch:
         self.missing: list[str] = []
         self._p_seconds: dict[tuple[int, str], float] = {}
         self._p_last: dict[int, tuple[int, int]] = {}  # p -> (ts, status)
+        self._ps_events: list[EventTuple] = []  # P samples taken between refreshes
         # RuntimeSources validates the live layout first (binary/validate.py) and turns off,
         # with one line each, whatever does not hold: never a number read through offsets
         # or addresses that do not fit this process.
         self.sources = RuntimeSources(info, proc.pid, counters_s=0.0, census_s=census_s)
         self.missing.extend(self.sources.errors)
+        self.cgroup = CgroupCpuReader(proc.pid)
+        self.findings: FindingsWindow | None = None
+        if findings_window_s > 0:
+            hdr = sample_header(info, proc.pid, read_gomaxprocs(info, proc.pid),
+                                time.monotonic_ns())
+            self.findings = FindingsWindow(hdr, window_s=findings_window_s)
         if per_p:
             try:
                 self.sampler = Sampler(info, proc.pid)
@@ -93,18 +105,26 @@ class Watch:
             return
         now = time.monotonic_ns() if now is None else now
         out: list[EventTuple] = []
+        stacks: dict[int, tuple[str, ...]] = {}
         if self.sources is not None:
             failed = self.sources.failed_reads
-            self.sources.poll(now, out, self._stacks)
+            self.sources.poll(now, out, stacks)
+            self._stacks.update(stacks)
             if self.sources.failed_reads > failed:
                 self.down_reason = "target exited"
         self._sample_ps(out)
+        self.cgroup.read(now, out)
         for e in out:
             h = self._handlers.get(e[1])
             if h is not None:
                 h(e)
             elif e[1] == P_SAMPLE:
                 self._p_sample(e)
+        if self.findings is not None:
+            self._ps_events.extend(out)
+            self.findings.feed(now, self._ps_events, stacks)
+            self._ps_events = []
+            self.findings.evaluate()
         if self.threads.read() is None:
             self.down_reason = "target exited"
 
@@ -117,6 +137,8 @@ class Watch:
         for e in out:
             if e[1] == P_SAMPLE:
                 self._p_sample(e)
+        if self.findings is not None:
+            self._ps_events.extend(out)  # the findings model takes them at the next refresh
 
     def _sample_ps(self, out: list[EventTuple]) -> None:
         if self.sampler is not None and self.down_reason is None:
@@ -171,8 +193,16 @@ class Watch:
             kernel_runq_delay_seconds_total=t.runq_delay_ns / 1e9 if t else None,
             oncpu_seconds_total=t.oncpu_ns / 1e9 if t else None,
             p_state_seconds=dict(self._p_seconds) if self.per_p else None,
+            findings=self.finding_labels(),
             missing=(*self.missing, *v.missing),
         )
+
+
+    def finding_labels(self) -> tuple[tuple[str, str], ...] | None:
+        """(id, severity) of each finding raised now; None when findings are off."""
+        if self.findings is None:
+            return None
+        return tuple((f.id, f.severity.label) for f in self.findings.findings)
 
 
 def latency_histogram(stats: LatencyStats) -> LatencyHistogram:

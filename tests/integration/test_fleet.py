@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests import gotargets
 from tests.integration.test_capture import GM, env
+from tests.integration.test_findings import v1_cpu_cgroup  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("GMPMON_REQUIRE_BPF"),
                                 reason="reads other processes' memory: needs root")
@@ -316,35 +317,55 @@ def test_serve_bad_input(rt: Workload, tmp_path: Path) -> None:
         s.stop()
 
 
-@pytest.mark.skipif(PROMETHEUS is None and not os.environ.get("GMPMON_REQUIRE_BPF"),
-                    reason="prometheus not installed (scripts/setup installs it)")
+class Prometheus:
+    """Debian's prometheus server scraping ``serve`` every second, queried by its HTTP API."""
+
+    def __init__(self, tmp_path: Path, serve_port: int) -> None:
+        assert PROMETHEUS is not None, "scripts/setup installs Debian's prometheus"
+        port = _free_port()
+        cfg = tmp_path / "prometheus.yml"
+        cfg.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n  - job_name: gmpmon\n    static_configs:\n"
+            f"      - targets: ['127.0.0.1:{serve_port}']\n"
+        )
+        self.p = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        self.api = f"http://127.0.0.1:{port}/api/v1"
+
+    def query(self, q: str) -> list[Any]:
+        url = f"{self.api}/query?" + urllib.parse.urlencode({"query": q})
+        try:
+            body = json.loads(urllib.request.urlopen(url, timeout=5).read())
+        except OSError:
+            return []
+        res: list[Any] = body["data"]["result"]
+        return res
+
+    def stop(self) -> None:
+        self.p.terminate()
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+needs_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None and not os.environ.get("GMPMON_REQUIRE_BPF"),
+    reason="prometheus not installed (scripts/setup installs it)")
+
+
+@needs_prometheus
 def test_a_real_prometheus_scrapes_serve(rt: Workload, tmp_path: Path) -> None:
-    assert PROMETHEUS is not None, "scripts/setup installs Debian's prometheus"
     s = Serve(str(rt.pid), "--interval", "0.5")
-    prom_port = _free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: gmpmon\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{s.port}']\n"
-    )
-    prom = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    api = f"http://127.0.0.1:{prom_port}/api/v1"
+    prom = Prometheus(tmp_path, s.port)
+    query = prom.query
     try:
         rt.ask("phase 1", "phase")  # some scheduling for the histogram
-
-        def query(q: str) -> list[Any]:
-            url = f"{api}/query?" + urllib.parse.urlencode({"query": q})
-            try:
-                body = json.loads(urllib.request.urlopen(url, timeout=5).read())
-            except OSError:
-                return []
-            res: list[Any] = body["data"]["result"]
-            return res
 
         # At least two scrapes of our target.
         _wait(lambda: query(f'count_over_time(gmpmon_up{{pid="{rt.pid}"}}[1m]) >= 2'), 60,
@@ -359,9 +380,58 @@ def test_a_real_prometheus_scrapes_serve(rt: Workload, tmp_path: Path) -> None:
         assert inf["metric"]["go_version"].startswith("go1.27")
         print(f"prometheus: {len(buckets)} bucket series, +Inf = {inf['value'][1]}")
     finally:
-        prom.terminate()
-        try:
-            prom.wait(10)
-        except subprocess.TimeoutExpired:
-            prom.kill()
+        prom.stop()
         s.stop()
+
+
+@needs_prometheus
+def test_prometheus_sees_the_findings_of_a_leak_and_a_throttled_process(
+        rt: Workload, tmp_path: Path, v1_cpu_cgroup: Path) -> None:  # noqa: F811
+    """Trap-free findings (runtime counters, census, cgroup files): a goroutine leak, and
+    GOMAXPROCS=2 in a 0.2-CPU cgroup, each raised on its own process only; the healthy
+    rtcounters beside them raises no warning."""
+    leak = Workload(_copy("leak", tmp_path), "-t", "120s", "-rate", "200")
+    procs = str(v1_cpu_cgroup / "cgroup.procs")
+
+    def enter_cgroup() -> None:  # in the child, before exec: only this workload is limited
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+
+    sat = subprocess.Popen([str(_copy("saturate", tmp_path)), "-t", "120s", "-w", "2"],
+                           stdout=subprocess.PIPE, text=True, preexec_fn=enter_cgroup,
+                           env=dict(os.environ, GOMAXPROCS="2"))
+    s = prom = None
+    try:
+        assert sat.stdout is not None and sat.stdout.readline().strip() == "ready"
+        s = Serve(str(leak.pid), str(sat.pid), str(rt.pid), "--interval", "0.5",
+                  "--findings-window", "30")
+        prom = Prometheus(tmp_path, s.port)
+
+        def raised(pid: int) -> dict[str, str]:
+            return {r["metric"]["id"]: r["metric"]["severity"]
+                    for r in prom.query(f'gmpmon_findings{{pid="{pid}"}} == 1')}
+
+        got = _wait(lambda: raised(leak.pid).get("goroutine-leak") and raised(leak.pid), 60,
+                    "goroutine-leak in Prometheus")
+        print(f"prometheus: findings of the leak {got}")
+        assert got["goroutine-leak"] in ("warning", "critical")
+        got = _wait(lambda: raised(sat.pid).get("cpu-throttled") and raised(sat.pid), 60,
+                    "cpu-throttled in Prometheus")
+        print(f"prometheus: findings of the throttled process {got}")
+        assert got["cpu-throttled"] in ("warning", "critical")
+        assert "goroutine-leak" not in got and "cpu-throttled" not in raised(leak.pid)
+        # Labels: bounded ones only, the process's and the finding's.
+        (row,) = prom.query(f'gmpmon_findings{{pid="{sat.pid}",id="cpu-throttled"}}')
+        assert set(row["metric"]) == {"__name__", "instance", "job", "pid", "exe",
+                                      "go_version", "container", "id", "severity"}
+        assert row["metric"]["container"].startswith("/gmpmon-test-")
+        healthy = {i: v for i, v in raised(rt.pid).items() if v != "info"}
+        assert not healthy, healthy
+    finally:
+        if prom is not None:
+            prom.stop()
+        if s is not None:
+            s.stop()
+        sat.kill()
+        sat.wait()
+        leak.stop()

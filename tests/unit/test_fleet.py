@@ -8,7 +8,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gmpmon.errors import UsageError
+from gmpmon.events import CgroupField, EventTuple, Header, Kind
 from gmpmon.fleet.discover import GoProcess, parse_cgroup
+from gmpmon.fleet.findings import FindingsWindow
 from gmpmon.fleet.metrics import LATENCY_LE_NS, LatencyHistogram, ProcessReading, families
 from gmpmon.fleet.server import parse_listen
 from gmpmon.fleet.watch import latency_histogram
@@ -107,3 +109,45 @@ def test_families_render_valid_exposition() -> None:
                for s in f.samples)
     # No unbounded label: no goid anywhere.
     assert "goid" not in text
+
+
+def test_findings_window_forgets_throttling_older_than_the_window() -> None:
+    hdr = Header(pid=42, exe="/bin/target", go_version="go1.27.3", gomaxprocs=2,
+                 mode="sample", start_ns=0, wall_start=0.0, wait_reasons=(),
+                 p_status=("idle", "running", "syscall", "gcstop", "dead"))
+    w = FindingsWindow(hdr, window_s=20)
+    s = 1_000_000_000
+    cg = int(Kind.CGROUP_CPU)
+    throttled = 0
+
+    def reading(i: int) -> list[EventTuple]:
+        # What CgroupCpuReader emits: every field on the first read, then only changes.
+        evs = [(i * s, cg, -1, 0, int(CgroupField.NR_PERIODS), 10 * i, 1),
+               (i * s, cg, -1, 0, int(CgroupField.NR_THROTTLED), throttled, 1),
+               (i * s, cg, -1, 0, int(CgroupField.THROTTLED_NS), throttled * 10**7, 1)]
+        if i == 0:
+            evs += [(0, cg, -1, 0, int(CgroupField.QUOTA_US), 200_000, 1),
+                    (0, cg, -1, 0, int(CgroupField.PERIOD_US), 100_000, 1)]
+        return evs
+
+    # 10 s throttled in 8 periods of 10 (a 2-CPU quota, GOMAXPROCS 2: not over it) ...
+    for i in range(11):
+        throttled = 8 * i
+        w.feed(i * s, reading(i), {})
+    assert [f.id for f in w.evaluate()] == ["cpu-throttled"]
+    # ... then never again. Over the whole run 80 of 300 periods (27%) would still raise
+    # it; the window keeps only the last 10-20 s, which saw none.
+    for i in range(11, 31):
+        w.feed(i * s, reading(i), {})
+        assert w.covered_ns(i * s) <= 20 * s
+        if i == 15:
+            assert [f.id for f in w.evaluate()] == ["cpu-throttled"], "inside the window"
+    assert w.evaluate() == ()
+    # Throttled again: the models started after the first reading know the quota (the
+    # reader said it once) and see the new throttling.
+    for i in range(31, 51):
+        throttled += 9
+        w.feed(i * s, reading(i), {})
+    (f,) = w.evaluate()
+    assert f.id == "cpu-throttled" and f.evidence["quota_us"] == 200_000
+    assert f.evidence["nr_throttled"] >= 90
