@@ -24,7 +24,7 @@ windows of ``default`` mode):
 =================  =============================================================================
 EXECUTE            G ``g`` starts running on P ``p`` / M ``m``. a0 = inheritTime (0/1),
                    a1 = local runq length of ``p`` at that moment (tail-head + runnext).
-SCHED              M ``m`` with P ``p`` enters ``findRunnable`` (looks for work; the P is
+FIND_RUNNABLE      M ``m`` with P ``p`` enters ``findRunnable`` (looks for work; the P is
                    "searching" until the next EXECUTE on that P or it is released). a0 =
                    local runq length, a1 = global runq length (-1 as u64 if unknown).
 PARK               G ``g`` parks (``gopark``) on P ``p``. a0 = wait-reason index (decode with
@@ -178,7 +178,7 @@ KIND_RANGES: dict[str, range] = {
 
 class Kind(IntEnum):
     EXECUTE = 1
-    SCHED = 2
+    FIND_RUNNABLE = 2  # the findRunnable entry (was SCHED)
     PARK = 3
     READY = 4
     GO_CREATE = 5
@@ -373,6 +373,16 @@ def lat_bucket_lo(i: int) -> int:
 
 
 EventTuple = tuple[int, int, int, int, int, int, int]
+
+# The one spelling of what a stack could not name, everywhere (capture, census, model, every
+# output): a frame no symbol covers, and a stack that was not taken at all (bcc's words).
+UNKNOWN_FRAME = "[unknown]"
+MISSED_STACK: tuple[str, ...] = ("[Missed User Stack]",)
+
+
+def unknown_frame(pc: int = 0) -> str:
+    """A frame no symbol covers: ``[unknown 0x4011aa]``, or ``[unknown]`` without a pc."""
+    return f"[unknown {pc:#x}]" if pc else UNKNOWN_FRAME
 
 
 @dataclass(slots=True)

@@ -155,7 +155,7 @@ class Probe:
 PROBES: tuple[Probe, ...] = (
     Probe("execute", 0, (EXECUTE,), ENTRY, HOT, (Kind.EXECUTE,), "timeline",
           "no runtime.execute: nothing runs"),
-    Probe("findrunnable", 1, (FINDRUNNABLE,), ENTRY, HOT, (Kind.SCHED,), "timeline",
+    Probe("findrunnable", 1, (FINDRUNNABLE,), ENTRY, HOT, (Kind.FIND_RUNNABLE,), "timeline",
           "no findRunnable entry: searching Ps are not seen"),
     Probe("gopark", 2, (GOPARK,), ENTRY, HOT, (Kind.PARK,), "park", "parks are not seen"),
     Probe("ready", 3, (READY,), ENTRY, HOT, (Kind.READY,), "park", "wake-ups are not seen"),

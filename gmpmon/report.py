@@ -1,166 +1,34 @@
-"""Snapshot -> the summary JSON (docs/summary-schema.md), the text report, interval lines.
+"""Snapshot -> the text report and the headless interval lines (a view, not a schema: the
+summary JSON is gmpmon/export/json.py's).
 
-Pure: strings and dicts out, the caller prints or writes them. The text report keeps the
-bcc manners: under 80 columns, a latency histogram drawn as bars, top-N tables.
+Pure: strings out, the caller prints them. The text report keeps the bcc manners: under 80
+columns, a latency histogram drawn as bars, top-N tables.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from gmpmon.findings.render import attribution_json, findings_json
 from gmpmon.findings.render import text_lines as findings_text
-from gmpmon.kernelreport import kernel_summary, kernel_text
-from gmpmon.model.hist import upper_edge
+from gmpmon.fmt import fmt_ns
+from gmpmon.kernelreport import kernel_text
+from gmpmon.model.hist import pow2_counts, upper_edge
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
-from gmpmon.report_runtime import block_sources, census_summary, runtime_lines, runtime_summary
+from gmpmon.report_runtime import runtime_lines
 
-SCHEMA_VERSION = 3
 WIDTH = 80
-
-
-def _lat(ls: LatencyStats, *, histogram: bool = True) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "count": ls.count,
-        "p50": ls.p50,
-        "p90": ls.p90,
-        "p99": ls.p99,
-        "max": ls.max,
-        "sum": ls.sum,
-    }
-    if histogram:
-        d["histogram"] = [[lo, n] for lo, n in ls.histogram]
-    return d
-
-
-def _cost(snap: Snapshot) -> dict[str, Any] | None:
-    c = snap.cost
-    if c is None:
-        return None
-    return {"estimated_pct": round(c.estimated_pct, 4), "budget_pct": c.budget_pct,
-            "windows": snap.windows, "covered_s": round(snap.windows_covered_ns / 1e9, 6),
-            "cost_ns": c.cost_ns, "target_cpu_ns": c.target_cpu_ns, "overstays": c.overstays,
-            "bursts": c.bursts, "cut_short": c.cut_short, "triggers": len(snap.triggers)}
-
-
-def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
-    """The versioned --summary-json document. Same Snapshot -> same dict (sorted, no clock)."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "target": {
-            "pid": snap.pid,
-            "exe": snap.exe,
-            "go_version": snap.go_version,
-            "gomaxprocs": snap.gomaxprocs,
-        },
-        "mode": snap.mode,
-        "window": snap.window,
-        "windows": {"count": snap.windows, "covered_ns": snap.windows_covered_ns},
-        "cost": _cost(snap),
-        "duration_s": round(max(0, snap.now - snap.start) / 1e9, 6),
-        "events": {"total": snap.events_total, "lost": snap.events_lost, "late": snap.late_events,
-                   "dropped": dict(snap.dropped)},
-        "illegal_transitions": snap.illegal_transitions,
-        "procs": [
-            {
-                "id": p.id,
-                "running_ns": p.running_ns,
-                "idle_ns": p.idle_ns,
-                "spinning_ns": p.spinning_ns,
-                "syscall_ns": p.syscall_ns,
-                "gcstop_ns": p.gcstop_ns,
-                "executes": p.executes,
-                "steals_in": p.steals_in,
-                "steals_out": p.steals_out,
-                "sched_latency_ns": _lat(p.latency, histogram=False),
-            }
-            for p in snap.procs
-        ],
-        "steals": {
-            "attempts": snap.steals.attempts,
-            "count": snap.steals.count,
-            "goroutines": snap.steals.goroutines,
-            "matrix": [
-                {"thief": t, "victim": v, "attempts": a, "count": c, "goroutines": g}
-                for (t, v), (a, c, g) in sorted(snap.steals.matrix.items())
-            ],
-        },
-        "park_reasons": {
-            r.reason: {"count": r.count, "wait_ns": r.wait_ns} for r in snap.park_reasons
-        },
-        "sched_latency_ns": _lat(snap.sched_latency),
-        "sched_latency_by_reason_ns": {
-            name: _lat(ls, histogram=False) for name, ls in sorted(snap.latency_by_reason.items())
-        },
-        "syscalls": {
-            "count": snap.syscalls,
-            "blocking": snap.syscalls_blocking,
-            "handoffs": snap.handoffs,
-        },
-        "preemptions": {
-            "requested": snap.preempt_requested,
-            "preempted": snap.preempted,
-            "gosched": snap.gosched,
-        },
-        "gc_stw": {
-            "count": snap.stw_count,
-            "total_ns": snap.stw_total_ns,
-            "max_ns": snap.stw_max_ns,
-            "by_reason": {k: {"count": c, "total_ns": t} for k, (c, t) in snap.stw_reasons.items()},
-        },
-        "goroutines": {
-            "created": snap.goroutines_created,
-            "exited": snap.goroutines_exited,
-            "live": snap.goroutines_live,
-            "states": dict(snap.g_state_counts),
-            "wakes_without_ready": snap.unseen_wakes,
-        },
-        "mutex": {
-            "contentions": snap.mutex_contentions,
-            "wait_ns": snap.mutex_wait_ns,
-            "top": [
-                {"stack": list(s.stack), "count": s.count, "wait_ns": s.wait_ns}
-                for s in snap.mutex_stacks[:top]
-            ],
-            "by_addr": [
-                {"addr": f"0x{a:x}", "count": c, "wait_ns": w}
-                for a, (c, w) in sorted(
-                    snap.mutex_by_addr.items(), key=lambda kv: (-kv[1][1], kv[0])
-                )[:top]
-            ],
-        },
-        # Every blocking wait gmpmon measured, by what it waited for (sync.Mutex included;
-        # RWMutex, WaitGroup and other semaphores from semacquire1).
-        "waits_by_kind": {
-            k: {"count": c, "wait_ns": w} for k, (c, w) in snap.waits_by_kind.items()
-        },
-        "waits_top": [
-            {"kind": s.kind, "stack": list(s.stack), "count": s.count, "wait_ns": s.wait_ns}
-            for s in snap.wait_stacks[:top]
-        ],
-        "sources": dict(sorted(snap.sources.items())),
-        # schema v2: where each block's numbers come from, and the trap-free blocks.
-        "block_sources": block_sources(snap),
-        "runtime": runtime_summary(snap.runtime),
-        "census": census_summary(snap.runtime.census if snap.runtime else None),
-        "findings": findings_json(snap),  # gmpmon.findings, most severe first
-        "latency_attribution": attribution_json(snap.latency_attribution),
-        **({"kernel": kernel_summary(snap.kernel, top=top)} if snap.kernel else {}),
-    }
 
 
 # ---------------------------------------------------------------- text
 
 
-def fmt_ns(ns: float) -> str:
-    """Short human duration: 950ns, 12.3µs, 4.5ms, 1.20s."""
-    if ns < 1_000:
-        return f"{int(ns)}ns"
-    if ns < 1_000_000:
-        return f"{ns / 1e3:.1f}µs"  # as in the TUI; say() falls back to "us" where needed
-    if ns < 1_000_000_000:
-        return f"{ns / 1e6:.1f}ms"
-    return f"{ns / 1e9:.2f}s"
+def lost_hint(mode: str) -> str:
+    """What to do about lost records. The ring buffer has a fixed size (16 MiB): records
+    are lost when the probes fire faster than gmpmon drains it, so the fix is fewer hot
+    probe hits, not a bigger buffer."""
+    if mode == "full":
+        return "lost events: the probes outran the reader; --mode default duty-cycles them"
+    if mode == "default":
+        return "lost events: the probes outran the reader; --mode sample attaches no hot ones"
+    return "lost events: gmpmon's reader could not keep up (a loaded machine?)"
 
 
 def _pct(part: int, whole: int) -> str:
@@ -201,10 +69,7 @@ def latency_bars(ls: LatencyStats, width: int = WIDTH) -> list[str]:
     """runqlat-style power-of-two histogram (bucket pairs merged to powers of two)."""
     if not ls.count:
         return ["  (no scheduling-latency samples)"]
-    pow2: dict[int, int] = {}
-    for lo, n in ls.histogram:
-        k = max(lo, 1).bit_length() - 1
-        pow2[k] = pow2.get(k, 0) + n
+    pow2 = pow2_counts(ls)
     lo_k, hi_k = min(pow2), max(pow2)
     peak = max(pow2.values())
     bar_w = width - 44
@@ -231,7 +96,7 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
     lost = f", {snap.events_lost} LOST" if snap.events_lost else ""
     add(f"events {snap.events_total}{lost}, illegal transitions {snap.illegal_transitions}")
     if snap.events_lost:
-        add("  (lost events: try --mode default, or a bigger ring buffer)")
+        add(f"  ({lost_hint(snap.mode)})")
     if snap.window == "windows":
         add(
             f"  timeline numbers come from {snap.windows} duty-cycle windows "
@@ -242,10 +107,10 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
     add("")
     add("P    now        running  search    idle syscall   execs  stole stolen  lat p99")
     for p in snap.procs:
-        tot = p.running_ns + p.spinning_ns + p.idle_ns + p.syscall_ns + p.gcstop_ns
+        tot = p.running_ns + p.searching_ns + p.idle_ns + p.syscall_ns + p.gcstop_ns
         add(
             f"P{p.id:<3} {PState(p.state).name.lower():<9} {_pct(p.running_ns, tot):>7} "
-            f"{_pct(p.spinning_ns, tot):>7} {_pct(p.idle_ns, tot):>7} "
+            f"{_pct(p.searching_ns, tot):>7} {_pct(p.idle_ns, tot):>7} "
             f"{_pct(p.syscall_ns, tot):>7} {p.executes:>7} {p.steals_in:>6} "
             f"{p.steals_out:>6} {_q(p.latency.p99, p.latency):>8}"
         )
@@ -298,8 +163,8 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         add(f"  (work stealing, syscalls, preemptions done, goroutines: {hot})")
     add(
         f"Syscalls {_n(snap.syscalls, snap)} (blocking {snap.syscalls_blocking}), "
-        f"handoffs {snap.handoffs}; preemptions requested {snap.preempt_requested}, "
-        f"done {_n(snap.preempted, snap)}"[:WIDTH]
+        f"handoffs {snap.handoffs}; preempted {_n(snap.preempted, snap)} "
+        f"(requested {snap.preempt_requested}), Gosched {_n(snap.gosched, snap)}"[:WIDTH]
     )
     add(
         f"GC stop-the-world: {snap.stw_count} pauses, total {fmt_ns(snap.stw_total_ns)}, "

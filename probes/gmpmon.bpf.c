@@ -263,7 +263,7 @@ static __always_inline int on_execute(struct pt_regs *ctx)
 static __always_inline int on_findrunnable(struct pt_regs *ctx)
 {
     u64 pp = rd64(gm_m(ctx) + M_P);
-    gm_emit(GM_SCHED, gm_pid(pp), gm_tid(), 0, gm_runqlen(pp), gm_globrunq());
+    gm_emit(GM_FIND_RUNNABLE, gm_pid(pp), gm_tid(), 0, gm_runqlen(pp), gm_globrunq());
     return 0;
 }
 

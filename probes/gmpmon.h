@@ -20,7 +20,7 @@ struct gm_event {
 /* gmpmon.events.Kind (its 1-31 "probe" range) — tests/unit/test_probetable.py checks these
  * against events.py and the kinds each handler emits against gmpmon/probetable.py. */
 #define GM_EXECUTE        1
-#define GM_SCHED          2
+#define GM_FIND_RUNNABLE  2
 #define GM_PARK           3
 #define GM_READY          4
 #define GM_GO_CREATE      5

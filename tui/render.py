@@ -13,7 +13,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from gmpmon.model.hist import BUCKET_LO
+from gmpmon.fmt import fmt_count as fmt_count  # re-exported: the widgets import them here
+from gmpmon.fmt import fmt_ns as fmt_ns
+from gmpmon.model.hist import BUCKET_LO, pow2_counts
 from gmpmon.model.snapshot import GState, LatencyStats, ProcView, PState, Snapshot, Span
 
 NS_PER_S = 1_000_000_000
@@ -53,37 +55,6 @@ SPARK = " ▁▂▃▄▅▆▇█"
 # monochrome terminal): running is a bar whose height is its share of the cell, syscall a
 # shade whose density is its share, stop-the-world a checker that no other state uses.
 SHADE = " ░░░▒▒▒▓▓"  # by eighths of the cell, like SPARK
-
-
-def fmt_ns(ns: int | float) -> str:
-    """A duration in at most ~6 characters: 850ns, 12.3µs, 4.1ms, 2.50s, 3m20s."""
-    ns = float(ns)
-    if ns < 1_000:
-        return f"{ns:.0f}ns"
-    for unit, scale in (("µs", 1e3), ("ms", 1e6)):
-        if ns < scale * 1_000:
-            v = ns / scale
-            return f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
-    s = ns / 1e9
-    if s < 60:
-        return f"{s:.2f}s" if s < 10 else f"{s:.1f}s"
-    m, s = divmod(int(s), 60)
-    if m < 60:
-        return f"{m}m{s:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m"
-
-
-def fmt_count(n: int | float) -> str:
-    """A count in at most ~5 characters: 999, 12.3k, 4.56M."""
-    n = float(n)
-    if abs(n) < 1_000:
-        return f"{n:.0f}"
-    for unit, scale in (("k", 1e3), ("M", 1e6), ("G", 1e9)):
-        if abs(n) < scale * 1_000:
-            v = n / scale
-            return f"{v:.2f}{unit}" if v < 10 else f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
-    return f"{n / 1e12:.1f}T"
 
 
 def bar(value: float, full: float, width: int) -> str:
@@ -283,10 +254,8 @@ def latency_spark(stats: LatencyStats, lo_pow: int = 6, hi_pow: int = 30) -> tup
     Sub-buckets of the model's histogram are summed into their power of two.
     """
     counts = [0] * (hi_pow - lo_pow)
-    for lo, n in stats.histogram:
-        k = max(lo, 1).bit_length() - 1
-        k = min(max(k, lo_pow), hi_pow - 1)
-        counts[k - lo_pow] += n
+    for k, n in pow2_counts(stats).items():
+        counts[min(max(k, lo_pow), hi_pow - 1) - lo_pow] += n
     top = max(counts) if counts else 0
     spark = Text()
     for n in counts:

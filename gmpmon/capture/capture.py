@@ -33,7 +33,7 @@ from gmpmon.capture.sampler import Sampler
 from gmpmon.capture.targetmem import running
 from gmpmon.capture.triggers import Flight, TriggerSpec
 from gmpmon.errors import CaptureError
-from gmpmon.events import Batch, Counter, EventTuple, Kind, Stage
+from gmpmon.events import MISSED_STACK, Batch, Counter, EventTuple, Kind, Stage, unknown_frame
 
 MODES = ("sample", "default", "full")
 POLL_S = 0.010
@@ -460,9 +460,9 @@ class Capture:
         for i, pc in enumerate(pcs):
             # Return addresses point after the CALL: look up pc-1 to stay inside the caller.
             name = self.info.functab.lookup(pc - bias - (1 if i else 0))
-            frames.append(name if name else f"[unknown {pc:#x}]")
+            frames.append(name if name else unknown_frame(pc))
         if not frames:
-            frames = ["[Missed User Stack]"]
+            frames = list(MISSED_STACK)
         return tuple(reversed(frames))
 
 

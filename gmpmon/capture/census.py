@@ -28,6 +28,7 @@ from gmpmon.events import (
     EventTuple,
     Kind,
     RtFeature,
+    unknown_frame,
 )
 
 CHUNK = 64 * 1024
@@ -217,7 +218,7 @@ class Census:
         name = self._func_cache.get(pc)
         if name is None:
             found = self.info.functab.lookup(pc - self.info.load_bias) if pc else None
-            name = found or (f"[unknown {pc:#x}]" if pc else "?")
+            name = found or unknown_frame(pc)
             self._func_cache[pc] = name
         return name
 

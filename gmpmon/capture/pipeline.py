@@ -22,7 +22,7 @@ MAX_QUEUED_BATCHES = 4096  # ~40 s of 10-ms polls: the event bound comes first
 # Per-event records that only rebuild state and timelines (dropping them loses detail, never
 # a total): the hot probes' and the sampler's.
 DROPPABLE = frozenset(int(k) for k in (
-    Kind.EXECUTE, Kind.SCHED, Kind.PARK, Kind.READY, Kind.GO_CREATE, Kind.GO_EXIT,
+    Kind.EXECUTE, Kind.FIND_RUNNABLE, Kind.PARK, Kind.READY, Kind.GO_CREATE, Kind.GO_EXIT,
     Kind.SYSCALL_ENTER, Kind.SYSCALL_EXIT, Kind.PREEMPTED, Kind.STEAL, Kind.P_IDLE,
     Kind.P_SAMPLE, Kind.SCHED_SAMPLE,
 ))

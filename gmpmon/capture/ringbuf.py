@@ -46,7 +46,6 @@ class RingBufReader:
         )
         self._view = memoryview(self._prod)
         self.records = 0
-        self.bytes = 0
 
     def close(self) -> None:
         self._view.release()

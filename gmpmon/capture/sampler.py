@@ -153,7 +153,6 @@ class Sampler:
         if not self.layout.ok(*SAMPLER_GROUPS):
             raise LayoutError(self.layout, SAMPLER_GROUPS)
         self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
-        self.samples = 0
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -212,4 +211,3 @@ class Sampler:
         out.append(
             (now, Kind.SCHED_SAMPLE, -1, 0, 0, npidle | (nmspinning << 32), grq & (2**64 - 1))
         )
-        self.samples += 1

@@ -22,6 +22,7 @@ from gmpmon.capture.kernelsources import DEFAULT_KERNEL, parse_kernel
 from gmpmon.capture.targetmem import running
 from gmpmon.capture.triggers import parse_trigger
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
+from gmpmon.events import Header
 from gmpmon.files import check_output_path
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.session import LiveSession
@@ -284,16 +285,12 @@ def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
     """Every requested file, complete, then the final summary on stdout (which may be a
     closed terminal by now)."""
     from gmpmon import report
-    from gmpmon.export.run import make_exporter
 
     snap = session.latest()
     if snap is not None and session.claim_outputs():
-        if args.summary_json:
-            summary = make_exporter("json", session.header)
-            summary.add(snap)
-            summary.write(args.summary_json)
-        if args.folded:
-            write_folded(snap, args.folded)
+        for fmt, path in (("json", args.summary_json), ("folded", args.folded)):
+            if path:
+                write_output(fmt, session.header, snap, path)
         if args.no_tui or not sys.stdout.isatty():
             say(report.text_report(snap), sys.stdout)
     if session.dumps is not None:
@@ -331,10 +328,13 @@ def say(text: str, stream: TextIO | None = None) -> bool:
         return False
 
 
-def write_folded(snap: Snapshot, path: str) -> None:
-    from gmpmon.export import folded
+def write_output(fmt: str, header: Header, snap: Snapshot, path: str) -> None:
+    """One output format of the registry, written from the final Snapshot."""
+    from gmpmon.export.registry import make_exporter
 
-    folded.write_snapshot(snap, path)
+    exporter = make_exporter(fmt, header)
+    exporter.add(snap)
+    exporter.write(path)
 
 
 @contextmanager

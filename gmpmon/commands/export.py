@@ -59,7 +59,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gmpmon.export.run import export_recording, make_exporter
+    from gmpmon.export.base import export_recording
+    from gmpmon.export.registry import make_exporter
     from gmpmon.record import read_recording
     from gmpmon.replay import stop_note
 

@@ -4,9 +4,12 @@ Every exporter is built with the recording's Header and options, then sees the r
 ``add_batch(batch)`` for each event batch (in order), ``on_span(...)`` for each P span the
 model closes (only exporters that draw timelines use it), ``add(snapshot)`` once with the
 final Snapshot, and ``write(path)`` to produce the file (0600, never through a symlink).
-:func:`gmpmon.export.run.export_recording` drives them.
+:func:`gmpmon.export.base.export_recording` drives them over a recording; the formats by
+name are gmpmon/export/registry.py's (a new format: its module and one line there).
 """
 
 from __future__ import annotations
 
-FORMATS = ("folded", "pprof", "perfetto", "json")
+from gmpmon.export.registry import FORMATS
+
+__all__ = ["FORMATS"]

@@ -1,10 +1,14 @@
-"""The shared exporter shape (see gmpmon.export)."""
+"""The shared exporter shape (see gmpmon.export), and the driver that replays a recording
+into one."""
 
 from __future__ import annotations
 
 from gmpmon.events import Batch, Header
 from gmpmon.files import open_private
+from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.record import Recording
+from gmpmon.replay import replay_all
 
 
 class Exporter:
@@ -31,3 +35,10 @@ class Exporter:
         data = self.render()
         with open_private(path) as f:
             f.write(data)
+
+
+def export_recording(rec: Recording, exporter: Exporter) -> Model:
+    """Feed the recording through a model and the exporter; returns the model."""
+    model = Model(rec.header, on_span=exporter.on_span if exporter.wants_spans else None)
+    exporter.add(replay_all(rec, model=model, on_batch=exporter.add_batch))
+    return model

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from gmpmon.events import Header
+from gmpmon.events import UNKNOWN_FRAME, Header
 from gmpmon.export.base import Exporter
 from gmpmon.model.snapshot import Snapshot
 
@@ -21,7 +21,7 @@ _BAD = re.compile(r"[;\s]+")
 
 def frame(name: str) -> str:
     name = _BAD.sub("_", name.strip())
-    return name or "[unknown]"
+    return name or UNKNOWN_FRAME
 
 
 class FoldedExporter(Exporter):
@@ -38,7 +38,7 @@ class FoldedExporter(Exporter):
     def _put(self, frames: list[str], value: int) -> None:
         if value <= 0:
             return
-        key = ";".join(frame(f) for f in frames) or "[unknown]"
+        key = ";".join(frame(f) for f in frames) or UNKNOWN_FRAME
         self.lines[key] = self.lines.get(key, 0) + value
 
     def add(self, snapshot: Snapshot) -> None:
@@ -57,22 +57,3 @@ class FoldedExporter(Exporter):
 
     def render(self) -> bytes:
         return self.text().encode()
-
-
-def write_snapshot(
-    snapshot: Snapshot, path: str, *, what: str = "mutex", weight: str = "wait"
-) -> None:
-    """One call for `attach --folded`: the snapshot's folded lines to ``path`` (0600)."""
-    header = Header(
-        pid=snapshot.pid,
-        exe=snapshot.exe,
-        go_version=snapshot.go_version,
-        gomaxprocs=snapshot.gomaxprocs,
-        mode=snapshot.mode,
-        start_ns=snapshot.start,
-        wall_start=0.0,
-        wait_reasons=(),
-    )
-    ex = FoldedExporter(header, what=what, weight=weight)
-    ex.add(snapshot)
-    ex.write(path)

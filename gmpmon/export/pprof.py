@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gzip
 
-from gmpmon.events import Header
+from gmpmon.events import MISSED_STACK, Header
 from gmpmon.export.base import Exporter
 from gmpmon.model.snapshot import Snapshot
 
@@ -79,7 +79,7 @@ class PprofExporter(Exporter):
 
     def add(self, snapshot: Snapshot) -> None:
         for ms in snapshot.mutex_stacks:
-            stack = trim_lock_frames(ms.stack or ("[unknown]",))
+            stack = trim_lock_frames(ms.stack or MISSED_STACK)
             self.stacks.append((stack, ms.count, ms.wait_ns))
         self.duration_ns = max(0, snapshot.now - snapshot.start)
 

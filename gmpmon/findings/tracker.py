@@ -53,7 +53,7 @@ RUNQ_MAX = 256  # len(p.runq)
 RUNQ_FULL = 240  # a reading this high is at the limit: runqput spills half at 256
 _NS = 1_000_000_000
 
-K_EXECUTE, K_SCHED, K_PARK = int(Kind.EXECUTE), int(Kind.SCHED), int(Kind.PARK)
+K_EXECUTE, K_SCHED, K_PARK = int(Kind.EXECUTE), int(Kind.FIND_RUNNABLE), int(Kind.PARK)
 K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
 K_SYSCALL_ENTER, K_HANDOFF = int(Kind.SYSCALL_ENTER), int(Kind.HANDOFF)
 K_PREEMPT_REQ, K_PREEMPTED = int(Kind.PREEMPT_REQ), int(Kind.PREEMPTED)

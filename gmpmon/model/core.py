@@ -75,7 +75,7 @@ HOT_KINDS = frozenset(
     int(k)
     for k in (
         Kind.EXECUTE,
-        Kind.SCHED,
+        Kind.FIND_RUNNABLE,
         Kind.PARK,
         Kind.READY,
         Kind.WAKE,

@@ -90,3 +90,13 @@ def merge_into(acc: list[int], other: list[int]) -> None:
     for i, n in enumerate(other):
         if n:
             acc[i] += n
+
+
+def pow2_counts(ls: LatencyStats) -> dict[int, int]:
+    """The histogram's sub-buckets summed into powers of two: k -> count in [2^k, 2^(k+1))
+    (runqlat's layout; the text report and the TUI draw it)."""
+    out: dict[int, int] = {}
+    for lo, n in ls.histogram:
+        k = max(lo, 1).bit_length() - 1
+        out[k] = out.get(k, 0) + n
+    return out

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from gmpmon.events import (
     CENSUS_SITE_BASE,
     RT_FEATURE_NAMES,
+    UNKNOWN_FRAME,
     CensusCut,
     EventTuple,
     Kind,
@@ -339,7 +340,7 @@ class RuntimePart(Part):
         sites: list[CensusSite] = []
         for sid, count in sites_in:
             frames = self.stacks.get(sid) if sid >= CENSUS_SITE_BASE else None
-            creator, start = (frames[0], frames[-1]) if frames else ("?", "?")
+            creator, start = (frames[0], frames[-1]) if frames else (UNKNOWN_FRAME,) * 2
             sites.append(CensusSite(creator, start, count))
         sites.sort(key=lambda s: (-s.count, s.creator, s.start))
         cut = tuple(name for bit, name in _CUT_NAMES if e[6] & bit)

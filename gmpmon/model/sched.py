@@ -70,7 +70,7 @@ LEGAL_P: dict[int, tuple[frozenset[int], int]] = {
     # pidleput: its M searched and gave up, a syscall's P handed off, a stopped world
     # restarted, or a repeat.
     Kind.P_IDLE: (frozenset({P_UNKNOWN, P_SEARCHING, P_IDLE, P_SYSCALL, P_GCSTOP}), P_IDLE),
-    Kind.SCHED: (_ANY_P, P_SEARCHING),  # a G left by a path we do not probe: not a violation
+    Kind.FIND_RUNNABLE: (_ANY_P, P_SEARCHING),  # a G left by a path not probed: no violation
     Kind.HANDOFF: (_ANY_P, P_IDLE),
     Kind.SYSCALL_ENTER: (_ANY_P, P_SYSCALL),
     Kind.STW_START: (_ANY_P, P_GCSTOP),
@@ -212,7 +212,7 @@ class Sched(Part):
     def handlers(self) -> Iterable[tuple[int, Handler]]:
         return (
             (Kind.EXECUTE, self.on_execute),
-            (Kind.SCHED, self.on_sched),
+            (Kind.FIND_RUNNABLE, self.on_find_runnable),
             (Kind.PARK, self.on_park),
             (Kind.READY, self.on_ready),
             (Kind.WAKE, self.on_ready),  # the same, without ready(): netpoll, GC workers
@@ -371,7 +371,7 @@ class Sched(Part):
                 self._p_taken(pp, p)
             self.p_to(pp, ts, P_RUNNING, g)
 
-    def on_sched(self, e: EventTuple) -> None:
+    def on_find_runnable(self, e: EventTuple) -> None:
         ts, _, p, m, _g, a0, a1 = e
         fnd = self.findings
         if a1 != U64_MAX:

@@ -43,7 +43,7 @@ class ProcView:
     runq: int  # local runq length (last known)
     running_ns: int
     idle_ns: int
-    spinning_ns: int  # SEARCHING time
+    searching_ns: int  # SEARCHING time: its M in findRunnable (spinning or not)
     syscall_ns: int
     gcstop_ns: int
     executes: int
@@ -51,6 +51,11 @@ class ProcView:
     steals_out: int  # goroutines stolen from this P (victim)
     latency: LatencyStats
     timeline: tuple[Span, ...]  # spans within the snapshot's window, oldest first
+
+    @property
+    def spinning_ns(self) -> int:
+        """The old name of searching_ns (an M is "spinning" only with m.spinning set)."""
+        return self.searching_ns
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,7 +117,7 @@ def procs(model: Modelled, at: View) -> tuple[ProcView, ...]:
                 runq=pp.runq,
                 running_ns=times[P_RUNNING],
                 idle_ns=times[P_IDLE],
-                spinning_ns=times[P_SEARCHING],
+                searching_ns=times[P_SEARCHING],
                 syscall_ns=times[P_SYSCALL],
                 gcstop_ns=times[P_GCSTOP],
                 executes=pp.executes,

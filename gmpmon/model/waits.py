@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gmpmon.events import EventTuple, Kind, LockKind
+from gmpmon.events import MISSED_STACK, EventTuple, Kind, LockKind
 from gmpmon.model.part import Context, Handler, Part, add_row
 from gmpmon.model.snapshot import LOCK_KIND_NAMES, MutexStack
 
 LOCK_MUTEX = int(LockKind.MUTEX)
-UNKNOWN_STACK = ("[unknown stack]",)
 
 
 def lock_kind_name(kind: int) -> str:
@@ -71,11 +70,11 @@ class Waits(Part):
 
     def section(self, at: object) -> dict[str, object]:
         stacks = self.ctx.stacks
-        mutex = [MutexStack(stacks.get(sid, UNKNOWN_STACK), c, w)
+        mutex = [MutexStack(stacks.get(sid, MISSED_STACK), c, w)
                  for sid, (c, w) in self.by_stack.items()]
         mutex.sort(key=lambda s: (-s.wait_ns, -s.count, s.stack))
         other = [
-            MutexStack(stacks.get(sid, UNKNOWN_STACK), c, w, lock_kind_name(k))
+            MutexStack(stacks.get(sid, MISSED_STACK), c, w, lock_kind_name(k))
             for (k, sid), (c, w) in self.other_by_stack.items()
         ]
         other.sort(key=lambda s: (-s.wait_ns, -s.count, s.kind, s.stack))

@@ -63,7 +63,7 @@ def events(duration_ns: int = 8 * S, seed: int = 7) -> list[EventTuple]:
             wt, g, reason = heapq.heappop(wakeups)
             out.append((wt, Kind.READY, p, m, g, 0, reason))
             runq[rng.randrange(NPROCS)].append((wt, g))
-        out.append((t, Kind.SCHED, p, m, 0, len(runq[p]), 0))
+        out.append((t, Kind.FIND_RUNNABLE, p, m, 0, len(runq[p]), 0))
         t += rng.randrange(5, 200) * US
         if not runq[p]:
             victim = max(range(NPROCS), key=lambda v: len(runq[v]))

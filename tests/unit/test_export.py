@@ -16,8 +16,9 @@ import pytest
 
 from gmpmon.cli import main
 from gmpmon.events import Batch, Header, Kind
+from gmpmon.export.base import export_recording
 from gmpmon.export.folded import LINE_RE, FoldedExporter
-from gmpmon.export.run import export_recording, make_exporter
+from gmpmon.export.registry import make_exporter
 from gmpmon.record import RecordingWriter, read_recording
 from gmpmon.report import SCHEMA_VERSION
 
@@ -42,15 +43,15 @@ def scenario() -> list[Batch]:
     k = Kind
     ev1 = [
         (T + 0, k.EXECUTE, 0, 10, 1, 0, 0),
-        (T + 100, k.SCHED, 1, 11, 0, 0, 0),
-        (T + 150, k.SCHED, 2, 12, 0, 0, 0),
+        (T + 100, k.FIND_RUNNABLE, 1, 11, 0, 0, 0),
+        (T + 150, k.FIND_RUNNABLE, 2, 12, 0, 0, 0),
         (T + 200, k.GO_CREATE, 0, 10, 2, 1, 0),
         (T + 300, k.STEAL, 1, 11, 0, 0, 1),
         (T + 400, k.EXECUTE, 1, 11, 2, 0, 0),
         (T + 1_000, k.MUTEX_ADDR, 1, 11, 2, 0xC0000A0000, 1),
         (T + 1_000, k.MUTEX, 1, 11, 2, 900_000, 1),
         (T + 2_000, k.PARK, 1, 11, 2, 3, 0),
-        (T + 2_100, k.SCHED, 1, 11, 0, 0, 0),
+        (T + 2_100, k.FIND_RUNNABLE, 1, 11, 0, 0, 0),
     ]
     ev2 = [
         (T + 3_000, k.MUTEX, 0, 10, 1, 100_000, 2),
@@ -265,11 +266,12 @@ def test_pprof_of_a_real_recording_lists_the_contending_function_first(tmp_path:
 
 
 def test_attach_folded_uses_the_exporter(recording: Path, tmp_path: Path) -> None:
-    from gmpmon.commands.attach import write_folded
+    from gmpmon.commands.attach import write_output
     from gmpmon.replay import replay_all
 
-    snap = replay_all(read_recording(str(recording)))
+    rec = read_recording(str(recording))
+    snap = replay_all(rec)
     out = tmp_path / "live.folded"
-    write_folded(snap, str(out))
+    write_output("folded", rec.header, snap, str(out))
     assert out.read_text() == export(recording, "folded").decode()
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o600

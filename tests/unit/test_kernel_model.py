@@ -166,6 +166,7 @@ GO = Path("/opt/gmpmon-go/go1.27.3/bin/go")
 @pytest.mark.skipif(not GO.exists(), reason="no Go 1.27 toolchain")
 def test_pprof_cpu_export_opens_in_go_tool_pprof_with_goid_and_p_labels(tmp_path: Path) -> None:
     from gmpmon.export.run import export_recording, make_exporter
+
     from tests.unit.test_export import pprof, pprof_rows
 
     rec = read_recording(str(REC))

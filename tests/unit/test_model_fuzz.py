@@ -8,10 +8,11 @@ from hypothesis import strategies as st
 
 from gmpmon.events import U64_MAX, Batch, Kind
 from gmpmon.export.folded import LINE_RE, FoldedExporter
+from gmpmon.export.json import summary
 from gmpmon.export.perfetto import PerfettoExporter
 from gmpmon.export.pprof import PprofExporter
 from gmpmon.model import Model
-from gmpmon.report import interval_line, summary, text_report
+from gmpmon.report import interval_line, text_report
 from tests.unit.test_model_scenarios import header
 
 kinds = st.one_of(st.sampled_from([int(k) for k in Kind]), st.integers(0, 255))

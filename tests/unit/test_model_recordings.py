@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from gmpmon.export.base import export_recording
 from gmpmon.export.folded import LINE_RE
-from gmpmon.export.run import export_recording, make_exporter
+from gmpmon.export.json import summary
+from gmpmon.export.registry import make_exporter
 from gmpmon.model import Model
 from gmpmon.model.snapshot import PState, Snapshot
 from gmpmon.record import read_recording
 from gmpmon.replay import replay_all
-from gmpmon.report import summary, text_report
+from gmpmon.report import text_report
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 ALL = sorted(p.stem for p in DATA.glob("*.gmp"))

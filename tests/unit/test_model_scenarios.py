@@ -74,10 +74,10 @@ def test_attach_mid_run_g_first_seen_running() -> None:
     s = run(
         [
             ev(10, Kind.PARK, p=0, m=100, g=7, a0=CHANRECV),
-            ev(11, Kind.SCHED, p=0, m=100),
+            ev(11, Kind.FIND_RUNNABLE, p=0, m=100),
             ev(30, Kind.READY, m=101, g=7, a1=CHANRECV),
             ev(35, Kind.EXECUTE, p=0, m=100, g=7),
-            ev(40, Kind.SCHED, p=1, m=101),
+            ev(40, Kind.FIND_RUNNABLE, p=1, m=101),
         ]
     )
     assert s.illegal_transitions == 0
@@ -98,7 +98,7 @@ def test_attach_mid_syscall() -> None:
     s = run(
         [
             ev(5, Kind.HANDOFF, p=1, g=9),
-            ev(6, Kind.SCHED, p=1, m=102),
+            ev(6, Kind.FIND_RUNNABLE, p=1, m=102),
             ev(50, Kind.SYSCALL_EXIT, p=-1, m=101, g=9),
             ev(60, Kind.EXECUTE, p=0, m=100, g=9),
         ]
@@ -120,7 +120,7 @@ def test_syscall_with_p_kept_and_syscall_steal_proc() -> None:
             ev(20, Kind.SYSCALL_EXIT, p=0, m=100, g=3),  # fast path: P kept
             ev(30, Kind.SYSCALL_ENTER, p=0, m=100, g=3, a0=0),
             ev(60, Kind.HANDOFF, p=0, g=3),  # sysmon took P0 (syscall-steal-proc)
-            ev(61, Kind.SCHED, p=0, m=104),
+            ev(61, Kind.FIND_RUNNABLE, p=0, m=104),
             ev(62, Kind.EXECUTE, p=0, m=104, g=4),
             ev(90, Kind.SYSCALL_EXIT, p=-1, m=100, g=3),
             ev(95, Kind.SYSCALL_ENTER, p=1, m=105, g=5, a0=1),
@@ -140,7 +140,7 @@ def test_steal_of_runnext() -> None:
     s = run(
         [
             ev(0, Kind.EXECUTE, p=0, m=100, g=1),
-            ev(1, Kind.SCHED, p=1, m=101),
+            ev(1, Kind.FIND_RUNNABLE, p=1, m=101),
             ev(10, Kind.READY, p=0, m=100, g=2, a0=1, a1=CHANRECV),
             ev(14, Kind.STEAL, p=1, m=101, a0=0, a1=0),  # first pass: runnext not yet
             ev(17, Kind.STEAL, p=1, m=101, a0=0, a1=1),  # last pass takes runnext
@@ -162,9 +162,9 @@ def test_goroutine_migrating_between_ps() -> None:
             ev(0, Kind.EXECUTE, p=0, m=100, g=8),
             ev(10_000, Kind.PREEMPT_REQ, p=0, g=8),
             ev(10_001, Kind.PREEMPTED, p=0, m=100, g=8, a0=1),
-            ev(10_002, Kind.SCHED, p=0, m=100),
+            ev(10_002, Kind.FIND_RUNNABLE, p=0, m=100),
             ev(10_003, Kind.EXECUTE, p=0, m=100, g=9),
-            ev(10_010, Kind.SCHED, p=1, m=101),
+            ev(10_010, Kind.FIND_RUNNABLE, p=1, m=101),
             ev(10_020, Kind.EXECUTE, p=1, m=101, g=8),
             ev(10_030, Kind.PARK, p=1, m=101, g=8, a0=SLEEP),
         ]
@@ -187,10 +187,10 @@ def test_goroutine_migrating_between_ps() -> None:
 def test_stw_while_ps_spin() -> None:
     s = run(
         [
-            ev(0, Kind.SCHED, p=0, m=100),
-            ev(0, Kind.SCHED, p=1, m=101),
+            ev(0, Kind.FIND_RUNNABLE, p=0, m=100),
+            ev(0, Kind.FIND_RUNNABLE, p=1, m=101),
             ev(10, Kind.STW_START, p=0, a0=1),
-            ev(12, Kind.SCHED, p=1, m=101),  # a spinning M notices gcwaiting: still stopped
+            ev(12, Kind.FIND_RUNNABLE, p=1, m=101),  # a spinning M notices gcwaiting: still stopped
             ev(40, Kind.STW_END, p=0, a0=1, a1=30_000),
             ev(50, Kind.EXECUTE, p=0, m=100, g=5),
         ]
@@ -208,14 +208,14 @@ def test_stw_while_ps_spin() -> None:
 def test_out_of_order_events_across_cpus() -> None:
     events = [
         ev(0, Kind.GO_CREATE, p=0, m=100, g=20, a0=1),
-        ev(5, Kind.SCHED, p=1, m=101),
+        ev(5, Kind.FIND_RUNNABLE, p=1, m=101),
         ev(9, Kind.EXECUTE, p=1, m=101, g=20),
         ev(30, Kind.PARK, p=1, m=101, g=20, a0=SLEEP),
     ]
     sorted_snap = run(events)
     # CPU 1's records arrive one batch late, behind CPU 0's newer ones.
     model = Model(header(), reorder_ns=100_000)
-    model.feed(Batch([events[0], (us(31), int(Kind.SCHED), 0, 100, 0, 0, 0)]))
+    model.feed(Batch([events[0], (us(31), int(Kind.FIND_RUNNABLE), 0, 100, 0, 0, 0)]))
     model.feed(Batch([events[1], events[2], events[3]]))
     model.flush()
     s = model.snapshot()
@@ -331,7 +331,7 @@ def test_mutex_contention_per_stack_and_address() -> None:
     assert s.mutex_contentions == 3 and s.mutex_wait_ns == 12_050
     assert [(m.stack, m.count, m.wait_ns) for m in s.mutex_stacks] == [
         (stack_a, 2, 12_000),
-        (("[unknown stack]",), 1, 50),
+        (("[Missed User Stack]",), 1, 50),  # events.MISSED_STACK
     ]
     assert s.mutex_by_addr == {0xC000010: (2, 12_000)}
     assert s.waits_by_kind == {"sync.Mutex": (3, 12_050), "sync.RWMutex.RLock": (1, 100)}
@@ -411,7 +411,7 @@ def test_idle_sample_ends_a_search_while_hot() -> None:
     running = 1 | (2 << 8)
     s = run(
         [
-            ev(0, Kind.SCHED, p=0, m=100),
+            ev(0, Kind.FIND_RUNNABLE, p=0, m=100),
             ev(10, Kind.P_SAMPLE, p=0, a0=0),  # _Pidle: findRunnable gave up (pidleput)
             ev(20, Kind.P_SAMPLE, p=0, m=100, g=3, a0=running),  # not trusted over events
             ev(30, Kind.EXECUTE, p=0, m=100, g=3),
@@ -448,7 +448,7 @@ def test_batch_split_does_not_change_the_answer() -> None:
         ev(0, Kind.GO_CREATE, p=0, g=2, a0=1),
         ev(1, Kind.EXECUTE, p=0, m=100, g=2),
         ev(2, Kind.SYSCALL_ENTER, p=0, m=100, g=2),
-        ev(3, Kind.SCHED, p=1, m=101, a1=U64_MAX),
+        ev(3, Kind.FIND_RUNNABLE, p=1, m=101, a1=U64_MAX),
         ev(4, Kind.HANDOFF, p=0, g=2),
         ev(5, Kind.STEAL, p=1, a0=0, a1=0),
         ev(6, Kind.SYSCALL_EXIT, p=-1, m=100, g=2),
@@ -488,11 +488,11 @@ def test_p_goes_idle_after_failed_search() -> None:
     s = run(
         [
             ev(0, Kind.EXECUTE, p=0, m=100, g=5),
-            ev(0, Kind.SCHED, p=1, m=101),
+            ev(0, Kind.FIND_RUNNABLE, p=1, m=101),
             ev(5, Kind.P_IDLE, p=1, m=101),  # M 101 found nothing: P 1 idle, M stops
             ev(10, Kind.PARK, p=0, m=100, g=5, a0=SLEEP),  # M 100 searches with P 0 ...
             ev(15, Kind.P_IDLE, p=0, m=100),  # ... and gives up
-            ev(80, Kind.SCHED, p=1, m=101),  # woken to spin (wakep): searching again
+            ev(80, Kind.FIND_RUNNABLE, p=1, m=101),  # woken to spin (wakep): searching again
             ev(90, Kind.P_IDLE, p=1, m=101),
             ev(100, Kind.EXECUTE, p=0, m=100, g=6),  # a timer's G: the idle span ends
             ev(120, Kind.PARK, p=0, m=100, g=6, a0=SLEEP),
@@ -509,7 +509,7 @@ def test_p_goes_idle_after_failed_search() -> None:
 def test_p_idle_during_stw_resumes_idle_and_running_p_idle_is_illegal() -> None:
     s = run(
         [
-            ev(0, Kind.SCHED, p=0, m=100),
+            ev(0, Kind.FIND_RUNNABLE, p=0, m=100),
             ev(0, Kind.EXECUTE, p=1, m=101, g=7),
             ev(10, Kind.STW_START, a0=1),
             ev(20, Kind.P_IDLE, p=0, m=101),  # procresize while the world is stopped
@@ -528,7 +528,7 @@ def test_p_idle_outside_a_window_is_dropped() -> None:
     s = run(
         [
             ev(0, Kind.WINDOW, a0=1),
-            ev(0, Kind.SCHED, p=0, m=100),
+            ev(0, Kind.FIND_RUNNABLE, p=0, m=100),
             ev(10, Kind.WINDOW, a0=0),
             ev(11, Kind.P_IDLE, p=0, m=100),  # hot probe still detaching
         ],

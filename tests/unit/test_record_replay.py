@@ -11,10 +11,10 @@ import pytest
 
 from gmpmon.cli import main
 from gmpmon.events import Batch
+from gmpmon.export.json import summary
 from gmpmon.model import Model
 from gmpmon.record import RecordingWriter, read_recording
 from gmpmon.replay import ReplaySource, replay_all
-from gmpmon.report import summary
 from gmpmon.source import SeekControl, SnapshotSource
 from tests.unit.test_model_scenarios import T0, header
 from tests.unit.test_report import busy_run

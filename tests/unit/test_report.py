@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 from gmpmon.events import Batch, Counter, EventTuple, Kind
+from gmpmon.export.json import summary
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
-from gmpmon.report import fmt_ns, interval_line, summary, text_report
+from gmpmon.report import fmt_ns, interval_line, text_report
 from tests.unit.test_model_scenarios import CHANRECV, SLEEP, ev, header, run
 
 SCHEMA_KEYS = {
@@ -52,7 +53,7 @@ def busy_run(nprocs: int = 4) -> list[EventTuple]:
         events += [
             ev(t, Kind.EXECUTE, p=p, m=100 + p, g=g, a1=i % 5),
             ev(t + 3, Kind.PARK, p=p, m=100 + p, g=g, a0=SLEEP if i % 3 else CHANRECV),
-            ev(t + 4, Kind.SCHED, p=p, m=100 + p, a1=i % 7),
+            ev(t + 4, Kind.FIND_RUNNABLE, p=p, m=100 + p, a1=i % 7),
             ev(t + 5, Kind.STEAL, p=p, a0=(p + 1) % nprocs, a1=i % 2),
             ev(t + 6 + i % 50, Kind.READY, g=g, a1=SLEEP if i % 3 else CHANRECV),
         ]
@@ -189,7 +190,7 @@ def test_fmt_ns() -> None:
     assert [fmt_ns(x) for x in (0, 999, 1500, 2_500_000, 3_210_000_000)] == [
         "0ns",
         "999ns",
-        "1.5µs",
+        "1.5µs",  # one fmt_ns for the report and the TUI (#10)
         "2.5ms",
         "3.21s",
     ]

@@ -17,10 +17,11 @@ from gmpmon.events import (
     RtHist,
     RtTotal,
 )
+from gmpmon.export.json import summary
 from gmpmon.model import Model
 from gmpmon.model.runtime import bucket_bounds, hist_stats
 from gmpmon.record import RecordingWriter, read_recording
-from gmpmon.report import summary, text_report
+from gmpmon.report import text_report
 
 G_STATUS = ("idle", "runnable", "running", "syscall", "waiting", "moribund_unused", "dead")
 REASONS = ("", "GC assist marking", "IO wait") + ("x",) * 11 + ("chan receive", "chan send")
