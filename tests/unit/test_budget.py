@@ -138,7 +138,7 @@ def test_cost_events_give_the_summary_cost() -> None:
     """COST events are cumulative: the summary takes the last one, with the windows the
     model counted (a recording replays to the same document)."""
     from gmpmon.events import Kind
-    from gmpmon.report import summary
+    from gmpmon.export.json import summary
     from tests.unit.test_model_scenarios import ev, run
 
     snap = run([
