@@ -73,7 +73,7 @@ def sleeper_events(seconds: float = 3.0, gs: int = 10, mode: str = "full") -> li
             if hot and in_window:
                 out += [
                     ev(wake, Kind.READY, m=90, g=g, a1=SLEEP),
-                    ev(wake + 5, Kind.SCHED, p=p, m=100 + p, a0=0, a1=0),
+                    ev(wake + 5, Kind.FIND_RUNNABLE, p=p, m=100 + p, a0=0, a1=0),
                     ev(wake + 20, Kind.EXECUTE, p=p, m=100 + p, g=g, a1=0),
                     ev(wake + 70, Kind.PARK, p=p, m=100 + p, g=g, a0=SLEEP),
                     ev(wake + 80, Kind.P_IDLE, p=p, m=100 + p),
@@ -403,7 +403,7 @@ def test_runq_overflow_local_at_limit_and_global_growing() -> None:
     out = sleeper_events(seconds=4)
     for k in range(40):
         t = k * 100 * MS + 50
-        out.append(ev(t, Kind.SCHED, p=0, m=100, a0=256, a1=300 + 50 * k))
+        out.append(ev(t, Kind.FIND_RUNNABLE, p=0, m=100, a0=256, a1=300 + 50 * k))
     s = run(out)
     f = by_id(s)["runq-overflow"]
     assert f.severity == Severity.CRITICAL
