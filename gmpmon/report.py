@@ -7,12 +7,14 @@ columns, a latency histogram drawn as bars, top-N tables.
 
 from __future__ import annotations
 
+from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.findings.render import text_lines as findings_text
 from gmpmon.fmt import fmt_ns
-from gmpmon.kernelreport import kernel_text
 from gmpmon.model.hist import pow2_counts, upper_edge
+from gmpmon.model.kernel import LONG_RUN_NS
+from gmpmon.model.kernelview import KernelView
+from gmpmon.model.runtime import RuntimeView
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
-from gmpmon.report_runtime import runtime_lines
 
 WIDTH = 80
 
@@ -189,7 +191,7 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
             f"{k} {c}x {fmt_ns(w)}" for k, c, w in sorted(others, key=lambda r: -r[2])))
     lines.extend(runtime_lines(snap.runtime, top=top))
     if snap.kernel is not None:
-        lines += kernel_text(snap.kernel, fmt_ns, top=top)
+        lines += kernel_text(snap.kernel, top=top)
     add("")
     lines.extend(findings_text(snap, width=WIDTH))
     return "\n".join(line.rstrip()[:WIDTH] for line in lines) + "\n"
@@ -246,3 +248,115 @@ def _interval_p99(cur: LatencyStats, prev: LatencyStats | None) -> str:
         if acc >= rank:
             return _q(lo, cur)
     return "-"
+
+
+# ---------------------------------------------------------------- runtime counters, census
+
+
+def runtime_lines(rv: RuntimeView | None, *, top: int = 5) -> list[str]:
+    """Text-report section (empty when the capture had no runtime counters)."""
+    if rv is None:
+        return []
+    out = ["", f"From the runtime's own counters (source: {rv.source}):"]
+    ls = rv.latency
+    lacks = set(rv.missing)  # never print zeros that were not read
+    if RT_FEATURE_NAMES[RtFeature.LATENCY] not in lacks and rv.reads:
+        out.append(f"  scheduling latency ({rv.latency_note}): {ls.count} samples")
+        out.append(
+            f"    p50 {fmt_ns(ls.p50)}  p90 {fmt_ns(ls.p90)}  p99 {fmt_ns(ls.p99)}  "
+            f"max {fmt_ns(ls.max)}"
+        )
+    if RT_FEATURE_NAMES[RtFeature.GOROUTINES] not in lacks and rv.reads:
+        out.append(f"  goroutines {rv.goroutines} (allglen {rv.allglen})")
+    if RT_FEATURE_NAMES[RtFeature.SCHED] not in lacks and rv.reads:
+        out.append(
+            f"  idle Ps {rv.npidle}, spinning Ms {rv.nmspinning}, global runq {rv.global_runq}"
+        )
+    if rv.procs:
+        per = " ".join(f"P{p.p}:{p.schedules}/{p.syscalls}" for p in rv.procs[:8])
+        more = f" +{len(rv.procs) - 8} Ps" if len(rv.procs) > 8 else ""
+        out.append(f"  schedules/syscalls per P: {per}{more}")
+    if rv.stw_gc is not None:
+        g = rv.stw_gc
+        out.append(
+            f"  GC stop-the-world (runtime's own): {g.count} pauses, "
+            f"total ~{fmt_ns(g.sum)}, max >= {fmt_ns(g.max)}"
+        )
+    if rv.mutex_wait_ns is not None:
+        lock = (
+            f", runtime locks {fmt_ns(rv.runtime_lock_wait_ns)}"
+            if rv.runtime_lock_wait_ns is not None
+            else ""
+        )
+        out.append(f"  mutex wait total {fmt_ns(rv.mutex_wait_ns)}{lock}")
+    for m in rv.missing:
+        out.append(f"  not available: {m}")
+    c = rv.census
+    if c is not None:
+        cut = f", cut short: {', '.join(c.cut)}" if c.cut else ""
+        out.append("")
+        out.append(
+            f"Goroutine census #{c.seq} (source: {c.source}): {c.goroutines} goroutines "
+            f"+ {c.system} runtime"
+        )
+        out.append(f"  {c.walked} G structs walked in {fmt_ns(c.duration_ns)}{cut}")
+        for r in [r for r in c.rows if not r.system][:top]:
+            what = f"{r.state} ({r.reason})" if r.reason else r.state
+            waited = (
+                f"  {r.waited} waited avg {fmt_ns(r.wait_sum_ns / r.waited)} "
+                f"max {fmt_ns(r.wait_max_ns)}"
+                if r.waited
+                else ""
+            )
+            out.append(f"  {r.count:>8} {what}{waited}"[:80])
+        for s in c.sites[:top]:
+            out.append(f"  {s.count:>8} {s.start} <- {s.creator}"[:80])
+    return out
+
+
+# ---------------------------------------------------------------- kernel sources
+
+
+def kernel_text(k: KernelView, *, top: int = 5) -> list[str]:
+    """The kernel sources' lines (under 80 columns)."""
+    lines: list[str] = []
+    src = k.sources
+    if "samples" in src:
+        s = k.samples
+        lines.append("")
+        if s.off:
+            lines.append(s.off[:79])
+        else:
+            lines.append(
+                f"CPU samples (perf, {1_000_000_000 // max(s.period_ns, 1)} Hz/CPU): {s.total}"
+                f" = Go {s.go}, runtime g0 {s.g0}, kernel {s.kernel}, not in Go {s.not_go}")
+            if k.cpu_by_p:
+                lines.append("  per P: " + ", ".join(
+                    f"P{p} {fmt_ns(n * s.period_ns)}" for p, n in k.cpu_by_p.items()))
+            for g in k.cpu_by_goroutine[:top]:
+                lines.append(f"  G{g.goid:<8} {fmt_ns(g.cpu_ns):>9}  {g.function}"[:79])
+            if k.long_running:
+                lines.append(f"Long-running goroutines (same G on a P >= "
+                             f"{fmt_ns(LONG_RUN_NS)}, samples): {k.long_runs_total}")
+                for r in k.long_running[:top]:
+                    more = " (running)" if r.ongoing else ""
+                    lines.append(f"  G{r.goid:<8} P{r.p} {fmt_ns(r.duration_ns):>9}  "
+                                 f"{r.function}{more}"[:79])
+    if k.runq_latency is not None and src.get("threads") == "tracepoints":
+        ms = [t for t in k.threads if t.oncpu_ns or t.runq_ns]
+        lq = k.runq_latency
+        lines.append("")
+        lines.append(f"Ms (tracepoints): {len(ms)} threads, on CPU "
+                     f"{fmt_ns(sum(t.oncpu_ns for t in ms))}, kernel run-queue wait "
+                     f"{fmt_ns(sum(t.runq_ns for t in ms))} in {lq.count} waits")
+        lines.append(f"  run-queue delay p50 {fmt_ns(lq.p50)}  p90 {fmt_ns(lq.p90)}  "
+                     f"p99 {fmt_ns(lq.p99)}  max {fmt_ns(lq.max)}")
+    if "syscalls" in src:
+        lines.append("")
+        lines.append(f"Syscalls (tracepoints): {k.syscalls}, {fmt_ns(k.syscall_ns)} total; top: "
+                     + ", ".join(f"{s.name} {s.count}" for s in k.syscalls_by_name[:4]))
+        for p in k.syscalls_by_p:
+            name = f"P{p.p}" if p.p >= 0 else "no P"
+            lines.append(f"  {name:<5} {p.count:>8} {fmt_ns(p.ns):>9}  " + ", ".join(
+                f"{s.name} {s.count}" for s in p.top[:3]))
+    return lines

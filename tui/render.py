@@ -15,7 +15,7 @@ from rich.text import Text
 
 from gmpmon.fmt import fmt_count as fmt_count  # re-exported: the widgets import them here
 from gmpmon.fmt import fmt_ns as fmt_ns
-from gmpmon.model.hist import BUCKET_LO, pow2_counts
+from gmpmon.model.hist import pow2_counts, upper_edge
 from gmpmon.model.snapshot import GState, LatencyStats, ProcView, PState, Snapshot, Span
 
 NS_PER_S = 1_000_000_000
@@ -271,10 +271,6 @@ def latency_spark(stats: LatencyStats, lo_pow: int = 6, hi_pow: int = 30) -> tup
     return spark, Text("".join(axis[: 2 * len(counts)]), style="dim")
 
 
-_EDGES: tuple[int, ...] = tuple(sorted(set(BUCKET_LO)))
-_EDGE_SET = frozenset(_EDGES)
-
-
 def fmt_q(value: int, stats: LatencyStats, edges: Sequence[int] | None = None) -> str:
     """A percentile (or a max) of a histogram, no more precise than it is.
 
@@ -285,12 +281,8 @@ def fmt_q(value: int, stats: LatencyStats, edges: Sequence[int] | None = None) -
     """
     if stats.count == 0:
         return "-"
-    grid = _EDGES if edges is None else edges
-    if value >= 8 and (value in _EDGE_SET if edges is None else value in edges):
-        i = bisect_right(grid, value)
-        if i < len(grid):
-            return "<" + fmt_ns(grid[i])
-    return fmt_ns(value)
+    edge = upper_edge(value, edges)
+    return fmt_ns(value) if edge is None else "<" + fmt_ns(edge)
 
 
 BUCKET_NOTE = "<X: under X (percentiles come from histogram buckets)"

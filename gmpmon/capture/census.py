@@ -24,6 +24,7 @@ from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.events import (
     CENSUS_SITE_BASE,
     NO_P,
+    UNKNOWN_FRAME,
     CensusCut,
     EventTuple,
     Kind,
@@ -241,7 +242,7 @@ class Census:
         by_name: dict[tuple[str, str], int] = {}
         for (gopc, startpc), c in sites.items():
             # gopc is the return address of the call in the go statement: stay inside it.
-            name = (self._func(gopc - 1) if gopc else "?", self._func(startpc))
+            name = (self._func(gopc - 1) if gopc else UNKNOWN_FRAME, self._func(startpc))
             by_name[name] = by_name.get(name, 0) + c
         top = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_SITES]
         for name, c in top:

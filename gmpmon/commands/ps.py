@@ -20,6 +20,7 @@ from gmpmon.errors import UsageError
 from gmpmon.fleet.discover import Discovery
 from gmpmon.fleet.lifetime import LifetimeStats, read_lifetime
 from gmpmon.fleet.watch import InfoCache
+from gmpmon.fmt import fmt_ns
 
 EPILOG = """\
 examples:
@@ -47,15 +48,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--match", metavar="REGEX",
                    help="only processes whose executable path or command line matches")
     p.set_defaults(func=run)
-
-
-def fmt_ns(ns: int | None) -> str:
-    if ns is None:
-        return "-"
-    for unit, div in (("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
-        if ns >= div:
-            return f"{ns / div:.3g}{unit}"
-    return f"{ns}ns"
 
 
 def fmt_uptime(s: float) -> str:

@@ -1,8 +1,12 @@
-"""The summary JSON (docs/summary-schema.md): its schema, owned here, and its exporter.
+"""The summary JSON (docs/summary-schema.md): its whole schema, owned here, and its exporter.
 
 ``summary(snapshot)`` is the versioned document (same Snapshot -> same dict: sorted, no
 clock); the exporter writes it. Bump SCHEMA_VERSION and list the change in
-docs/summary-schema.md when a field changes meaning or name.
+docs/summary-schema.md when a field changes meaning or name. Every block says where its
+numbers come from: ``block_sources`` for the probe blocks, ``source`` inside the runtime
+("runtime counters", read from ``runtime.sched``/``allp``), census (a walk of ``allgs``) and
+kernel ("samples": perf-event samples, ``period_ns`` of CPU per sample; "tracepoints":
+exact) blocks. The text view of the same Snapshot is gmpmon/report.py's.
 """
 
 from __future__ import annotations
@@ -10,27 +14,54 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.export.base import Exporter
-from gmpmon.findings.render import attribution_json, findings_json
-from gmpmon.kernelreport import kernel_summary
+from gmpmon.findings.types import ATTRIBUTION_CATEGORIES, Attribution
+from gmpmon.model.kernel import LONG_RUN_NS
+from gmpmon.model.kernelview import KernelView
+from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, Snapshot
-from gmpmon.report_runtime import block_sources, census_summary, runtime_summary
 
 SCHEMA_VERSION = 3
 
 
-def _lat(ls: LatencyStats, *, histogram: bool = True) -> dict[str, Any]:
+def _lat(ls: LatencyStats, *, histogram: bool = True, sum_key: str = "sum") -> dict[str, Any]:
+    """A latency block. The runtime's own histograms name their sum "sum_estimate" (bucket
+    midpoints, not measured durations)."""
     d: dict[str, Any] = {
         "count": ls.count,
         "p50": ls.p50,
         "p90": ls.p90,
         "p99": ls.p99,
         "max": ls.max,
-        "sum": ls.sum,
+        sum_key: ls.sum,
     }
     if histogram:
         d["histogram"] = [[lo, n] for lo, n in ls.histogram]
     return d
+
+
+# Summary blocks filled by uprobes (hot ones only inside windows in default mode, not at all
+# in sample mode; the cold ones - STW, handoff, preemption requests - always).
+_PROBE_BLOCKS = (
+    "steals", "park_reasons", "sched_latency_ns", "sched_latency_by_reason_ns", "syscalls",
+    "preemptions", "goroutines", "mutex", "waits_by_kind", "waits_top",
+)
+
+
+def block_sources(snap: Snapshot) -> dict[str, str]:
+    """Summary block -> where its numbers come from (schema v2)."""
+    probes = {"full": "probes", "default": "probes (duty-cycle windows)"}.get(
+        snap.mode, "probes (cold only)" if snap.mode == "sample" else "probes"
+    )
+    out = {b: probes for b in _PROBE_BLOCKS}
+    out["procs"] = "memory samples (100 Hz)" if snap.window == "sampled" else probes
+    out["gc_stw"] = "probes (cold)"
+    if snap.runtime is not None:
+        out["runtime"] = snap.runtime.source
+        if snap.runtime.census is not None:
+            out["census"] = snap.runtime.census.source
+    return dict(sorted(out.items()))
 
 
 def _cost(snap: Snapshot) -> dict[str, Any] | None:
@@ -143,10 +174,141 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
         "block_sources": block_sources(snap),
         "runtime": runtime_summary(snap.runtime),
         "census": census_summary(snap.runtime.census if snap.runtime else None),
-        "findings": findings_json(snap),  # gmpmon.findings, most severe first
+        "findings": [f.to_json() for f in snap.findings],  # gmpmon.findings, most severe first
         "latency_attribution": attribution_json(snap.latency_attribution),
         **({"kernel": kernel_summary(snap.kernel, top=top)} if snap.kernel else {}),
     }
+
+
+def attribution_json(att: Attribution | None) -> dict[str, Any] | None:
+    if att is None:
+        return None
+    return {
+        "threshold_ns": att.threshold_ns,
+        "samples": att.samples,
+        "wait_ns": att.wait_ns,
+        "breakdown_ns": {c: att.breakdown.get(c, 0) for c in ATTRIBUTION_CATEGORIES},
+        "source": att.source,
+        "note": att.note,
+    }
+
+
+def _rt_lat(ls: LatencyStats | None) -> dict[str, Any] | None:
+    return None if ls is None else _lat(ls, sum_key="sum_estimate")
+
+
+def census_summary(c: CensusView | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "source": c.source,
+        "number": c.seq,
+        "complete": not c.cut,
+        "cut_short": list(c.cut),
+        "allglen": c.allglen,
+        "walked": c.walked,
+        "duration_ns": c.duration_ns,
+        "goroutines": c.goroutines,
+        "system_goroutines": c.system,
+        "states": [
+            {
+                "state": r.state,
+                "wait_reason": r.reason,
+                "system": r.system,
+                "count": r.count,
+                "waited": r.waited,
+                "wait_sum_ns": r.wait_sum_ns,
+                "wait_max_ns": r.wait_max_ns,
+            }
+            for r in c.rows
+        ],
+        "creation_sites": [
+            {"created_by": s.creator, "function": s.start, "count": s.count} for s in c.sites
+        ],
+    }
+
+
+def runtime_summary(rv: RuntimeView | None) -> dict[str, Any] | None:
+    """The ``runtime`` block (schema v2): numbers since attach, gauges at the end."""
+    if rv is None:
+        return None
+    lacks = set(rv.missing)
+
+    def has(f: RtFeature) -> bool:
+        return RT_FEATURE_NAMES[f] not in lacks and rv.reads > 0
+
+    goroutines, sched = has(RtFeature.GOROUTINES), has(RtFeature.SCHED)
+    return {
+        "source": rv.source,
+        "reads": rv.reads,
+        "missing": list(rv.missing),
+        "sched_latency_ns": (
+            {"note": rv.latency_note, **(_rt_lat(rv.latency) or {})}
+            if has(RtFeature.LATENCY)
+            else None
+        ),
+        "goroutines": rv.goroutines if goroutines else None,
+        "allglen": rv.allglen if goroutines else None,
+        "npidle": rv.npidle if sched else None,
+        "nmspinning": rv.nmspinning if sched else None,
+        "global_runq": rv.global_runq if sched else None,
+        "gcwaiting": rv.gcwaiting if sched else None,
+        "gomaxprocs": rv.gomaxprocs if has(RtFeature.P_TICKS) else None,
+        "procs": [{"id": p.p, "schedules": p.schedules, "syscalls": p.syscalls}
+                  for p in rv.procs],
+        "gc_stw_ns": _rt_lat(rv.stw_gc),
+        "other_stw_ns": _rt_lat(rv.stw_other),
+        "gc_stopping_ns": _rt_lat(rv.stopping_gc),
+        "other_stopping_ns": _rt_lat(rv.stopping_other),
+        "mutex_wait_ns": rv.mutex_wait_ns,
+        "runtime_lock_wait_ns": rv.runtime_lock_wait_ns,
+    }
+
+
+def kernel_summary(k: KernelView, *, top: int = 10) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    src = k.sources
+    if "samples" in src:
+        s = k.samples
+        per = s.period_ns
+        out["samples"] = {
+            "source": "samples", "total": s.total, "go": s.go, "g0": s.g0,
+            "not_go": s.not_go, "kernel": s.kernel, "records": s.records, "period_ns": per,
+            "off": s.off,
+        }
+        out["cpu_by_p"] = {"source": "samples", "procs": [
+            {"p": p, "samples": n, "cpu_ns": n * per} for p, n in sorted(k.cpu_by_p.items())]}
+        out["cpu_by_goroutine"] = {"source": "samples", "top": [
+            {"goid": g.goid, "samples": g.samples, "cpu_ns": g.cpu_ns, "function": g.function,
+             "procs": list(g.procs)} for g in k.cpu_by_goroutine[:top]]}
+        out["long_running"] = {
+            "source": "samples", "threshold_ns": LONG_RUN_NS, "count": k.long_runs_total,
+            "top": [
+                {"goid": r.goid, "p": r.p, "duration_ns": r.duration_ns, "samples": r.samples,
+                 "function": r.function, "stack": list(r.stack), "ongoing": r.ongoing}
+                for r in k.long_running[:top]
+            ],
+        }
+    if k.threads:
+        out["threads"] = {"source": src.get("threads", "samples"), "ms": [
+            {"tid": t.tid, "samples": t.samples, "oncpu_ns": t.oncpu_ns,
+             "offcpu_ns": t.offcpu_ns, "runq_ns": t.runq_ns, "runq_waits": t.runq_waits,
+             "voluntary": t.voluntary, "involuntary": t.involuntary,
+             "syscalls": t.syscalls, "syscall_ns": t.syscall_ns} for t in k.threads]}
+    if k.runq_latency is not None:
+        out["runq_latency_ns"] = {"source": "tracepoints", **_lat(k.runq_latency)}
+    if "syscalls" in src:
+        out["syscalls"] = {
+            "source": "tracepoints", "count": k.syscalls, "ns": k.syscall_ns,
+            "top": [{"name": s.name, "nr": s.nr, "count": s.count, "ns": s.ns}
+                    for s in k.syscalls_by_name[:top]],
+            "by_p": [{"p": p.p, "count": p.count, "ns": p.ns,
+                      "top": [{"name": s.name, "count": s.count, "ns": s.ns} for s in p.top]}
+                     for p in k.syscalls_by_p],
+            "by_goroutine": [{"goid": g, "count": n, "ns": ns}
+                             for g, n, ns in k.syscalls_by_g[:top]],
+        }
+    return out
 
 
 class JsonExporter(Exporter):

@@ -1,10 +1,10 @@
-"""Findings and the latency attribution as summary-JSON values and as report lines. Pure."""
+"""Findings and the latency attribution as report lines (the TUI's Findings view and the
+text report use them; their summary JSON is gmpmon/export/json.py's). Pure."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from gmpmon.findings.types import ATTRIBUTION_CATEGORIES, Attribution, Finding, Severity
+from gmpmon.fmt import fmt_ns
 from gmpmon.model.snapshot import Snapshot
 
 CATEGORY_LABELS = {
@@ -17,39 +17,12 @@ CATEGORY_LABELS = {
 _MARK = {Severity.CRITICAL: "!!", Severity.WARNING: "! ", Severity.INFO: "  "}
 
 
-def findings_json(snap: Snapshot) -> list[dict[str, Any]]:
-    return [f.to_json() for f in snap.findings]
-
-
-def attribution_json(att: Attribution | None) -> dict[str, Any] | None:
-    if att is None:
-        return None
-    return {
-        "threshold_ns": att.threshold_ns,
-        "samples": att.samples,
-        "wait_ns": att.wait_ns,
-        "breakdown_ns": {c: att.breakdown.get(c, 0) for c in ATTRIBUTION_CATEGORIES},
-        "source": att.source,
-        "note": att.note,
-    }
-
-
-def _fmt_ns(ns: float) -> str:
-    if ns < 1_000:
-        return f"{int(ns)}ns"
-    if ns < 1_000_000:
-        return f"{ns / 1e3:.1f}us"
-    if ns < 1_000_000_000:
-        return f"{ns / 1e6:.1f}ms"
-    return f"{ns / 1e9:.2f}s"
-
-
 def attribution_lines(att: Attribution | None) -> list[str]:
     if att is None or not att.samples:
         why = att.note if att is not None and att.note else "no samples above the threshold"
         return [f"  (latency attribution: {why})"]
-    out = [f"Tail latency attribution: {att.samples} waits >= {_fmt_ns(att.threshold_ns)} "
-           f"(p99), {_fmt_ns(att.wait_ns)} in all; while they waited:"]
+    out = [f"Tail latency attribution: {att.samples} waits >= {fmt_ns(att.threshold_ns)} "
+           f"(p99), {fmt_ns(att.wait_ns)} in all; while they waited:"]
     for c in ATTRIBUTION_CATEGORIES:
         ns = att.breakdown.get(c, 0)
         if ns:

@@ -20,7 +20,7 @@ def p_busy(ctx: Context) -> list[tuple[int, float, int]]:
     """(P, running share of its known time, known ns) for every P with known time."""
     out = []
     for p in ctx.snap.procs:
-        known = p.running_ns + p.idle_ns + p.spinning_ns + p.syscall_ns + p.gcstop_ns
+        known = p.running_ns + p.idle_ns + p.searching_ns + p.syscall_ns + p.gcstop_ns
         if known > 0:
             out.append((p.id, p.running_ns / known, known))
     return out
@@ -240,7 +240,7 @@ def failed_searches(ctx: Context) -> tuple[int, int, int]:
 def idle_spinning(ctx: Context) -> Finding | None:
     snap, th, sp = ctx.snap, ctx.th, ctx.inputs.spin
     run = sum(p.running_ns for p in snap.procs)
-    spin = sum(p.spinning_ns for p in snap.procs)
+    spin = sum(p.searching_ns for p in snap.procs)
     # Time the P states were known: the whole run in full mode, the windows in default mode.
     covered = snap.windows_covered_ns if snap.window == "windows" else ctx.duration_ns
     n, wasted, _tl = failed_searches(ctx)

@@ -32,7 +32,7 @@ from collections import deque
 from itertools import compress, repeat
 from operator import itemgetter
 
-from gmpmon.events import U64_MAX, CgroupField, EventTuple, Header, Kind
+from gmpmon.events import U64_MAX, UNKNOWN_FRAME, CgroupField, EventTuple, Header, Kind
 from gmpmon.findings.types import (
     CensusGrowth,
     CgroupCpu,
@@ -455,7 +455,7 @@ class FindingsTracker:
 
         def site(sid: int) -> tuple[str, str]:
             frames = self.stacks.get(sid)
-            return (frames[0], frames[-1]) if frames else ("?", "?")
+            return (frames[0], frames[-1]) if frames else (UNKNOWN_FRAME, UNKNOWN_FRAME)
 
         reasons = {reason(i): n - first[1].get(i, 0) for i, n in last[1].items()}
         sites = {site(sid): n - first[2].get(sid, 0) for sid, n in last[2].items()}

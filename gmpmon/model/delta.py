@@ -75,7 +75,7 @@ def _proc(p: ProcView, b: ProcView | None) -> ProcView:
         p,
         running_ns=p.running_ns - b.running_ns,
         idle_ns=p.idle_ns - b.idle_ns,
-        spinning_ns=p.spinning_ns - b.spinning_ns,
+        searching_ns=p.searching_ns - b.searching_ns,
         syscall_ns=p.syscall_ns - b.syscall_ns,
         gcstop_ns=p.gcstop_ns - b.gcstop_ns,
         executes=p.executes - b.executes,

@@ -9,6 +9,7 @@ error at most, identical live and on replay.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 from gmpmon.events import LAT_BUCKETS, LAT_SUB, lat_bucket_lo
 from gmpmon.model.values import LatencyStats
@@ -74,14 +75,16 @@ def stats(
 _EDGES: tuple[int, ...] = tuple(sorted(set(BUCKET_LO)))
 
 
-def upper_edge(value: int) -> int | None:
+def upper_edge(value: int, edges: Sequence[int] | None = None) -> int | None:
     """When ``value`` is a bucket's lower edge (a percentile as this module computes it), the
-    next edge: the true value lies below it. None for a value that is not an edge (measured)."""
+    next edge: the true value lies below it. None for a value that is not an edge (measured).
+    ``edges``: another sorted grid of lower edges (the runtime's own timeHistogram)."""
+    grid = _EDGES if edges is None else edges
     if value < 8:
         return None
-    i = bisect.bisect_left(_EDGES, value)
-    if i < len(_EDGES) - 1 and _EDGES[i] == value:
-        return _EDGES[i + 1]
+    i = bisect.bisect_left(grid, value)
+    if i < len(grid) - 1 and grid[i] == value:
+        return grid[i + 1]
     return None
 
 

@@ -26,6 +26,7 @@ from gmpmon.events import (
     SAMPLE_GO,
     SAMPLE_KERNEL,
     SAMPLE_NOT_GO,
+    UNKNOWN_FRAME,
     Counter,
     EventTuple,
     Kind,
@@ -349,4 +350,4 @@ def user_function(stack: tuple[str, ...]) -> str:
     for name in reversed(stack):
         if not name.startswith(("runtime.", "[")):
             return name
-    return stack[-1] if stack else "[unknown]"
+    return stack[-1] if stack else UNKNOWN_FRAME

@@ -20,7 +20,7 @@ from gmpmon.export.base import export_recording
 from gmpmon.export.folded import LINE_RE, FoldedExporter
 from gmpmon.export.registry import make_exporter
 from gmpmon.record import RecordingWriter, read_recording
-from gmpmon.report import SCHEMA_VERSION
+from gmpmon.export.json import SCHEMA_VERSION
 
 GO = Path("/opt/gmpmon-go/go1.27.3/bin/go")
 HDR = Header(

@@ -13,7 +13,8 @@ from gmpmon.findings.engine import FINDING_IDS
 from gmpmon.findings.types import Finding, Severity
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
-from gmpmon.report import summary, text_report
+from gmpmon.export.json import summary
+from gmpmon.report import text_report
 
 WAIT_REASONS = ("", "GC assist marking", "IO wait", "chan receive", "sleep", "sync.Mutex.Lock")
 SLEEP, CHANRECV = 4, 3

@@ -142,9 +142,10 @@ def test_sampler_off_drops_every_sample_number() -> None:
 
 def test_summary_json_kernel_blocks_name_their_source() -> None:
     from gmpmon import report
+    from gmpmon.export.json import summary
 
     _rec, snap = replayed()
-    s = report.summary(snap)
+    s = summary(snap)
     kern = s["kernel"]
     assert set(kern) == {"samples", "cpu_by_p", "cpu_by_goroutine", "long_running",
                          "threads", "runq_latency_ns", "syscalls"}
@@ -165,7 +166,8 @@ GO = Path("/opt/gmpmon-go/go1.27.3/bin/go")
 
 @pytest.mark.skipif(not GO.exists(), reason="no Go 1.27 toolchain")
 def test_pprof_cpu_export_opens_in_go_tool_pprof_with_goid_and_p_labels(tmp_path: Path) -> None:
-    from gmpmon.export.run import export_recording, make_exporter
+    from gmpmon.export.base import export_recording
+    from gmpmon.export.registry import make_exporter
 
     from tests.unit.test_export import pprof, pprof_rows
 

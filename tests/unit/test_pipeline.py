@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from gmpmon.capture.pipeline import DROPPABLE, BatchQueue, thin
 from gmpmon.events import Batch, Counter, Kind, Stage
-from gmpmon.model.snapshot import PState
 from gmpmon.export.json import summary
+from gmpmon.model.snapshot import PState
 from tests.unit.test_model_scenarios import ev, run
 
 

@@ -145,7 +145,7 @@ class ProcTable(Widget):
         else:
             row.append(f"{NOT_MEASURED:>6}/{NOT_MEASURED:<5} ")
         if wide:
-            total = p.running_ns + p.idle_ns + p.spinning_ns + p.syscall_ns + p.gcstop_ns
+            total = p.running_ns + p.idle_ns + p.searching_ns + p.syscall_ns + p.gcstop_ns
             busy = f"{100 * p.running_ns / total:.0f}%" if total else "-"
             row.append(f"{p.m or '-':>8} {busy:>5} ")
         if tl_w > 0:

@@ -95,9 +95,9 @@ def per_p_table(snap: Snapshot) -> Table:
     cov = coverage(snap)
     t = _table("P", "n", "p50", "p90", "p99", "max", "run%", "spin%", "idle%", "sys%")
     for p in snap.procs:
-        total = p.running_ns + p.idle_ns + p.spinning_ns + p.syscall_ns + p.gcstop_ns
+        total = p.running_ns + p.idle_ns + p.searching_ns + p.syscall_ns + p.gcstop_ns
         pct = [f"{100 * v / total:.0f}" if total else "-"
-               for v in (p.running_ns, p.spinning_ns, p.idle_ns, p.syscall_ns)]
+               for v in (p.running_ns, p.searching_ns, p.idle_ns, p.syscall_ns)]
         lat = p.latency
         if cov.hot:
             cells = [fmt_count(lat.count), *(fmt_q(v, lat) for v in (lat.p50, lat.p90,
