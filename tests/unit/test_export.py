@@ -18,9 +18,9 @@ from gmpmon.cli import main
 from gmpmon.events import Batch, Header, Kind
 from gmpmon.export.base import export_recording
 from gmpmon.export.folded import LINE_RE, FoldedExporter
+from gmpmon.export.json import SCHEMA_VERSION
 from gmpmon.export.registry import make_exporter
 from gmpmon.record import RecordingWriter, read_recording
-from gmpmon.export.json import SCHEMA_VERSION
 
 GO = Path("/opt/gmpmon-go/go1.27.3/bin/go")
 HDR = Header(

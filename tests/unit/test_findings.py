@@ -9,11 +9,11 @@ from collections.abc import Iterable, Sequence
 import pytest
 
 from gmpmon.events import U64_MAX, Batch, CgroupField, EventTuple, Header, Kind, LockKind
+from gmpmon.export.json import summary
 from gmpmon.findings.engine import FINDING_IDS
 from gmpmon.findings.types import Finding, Severity
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
-from gmpmon.export.json import summary
 from gmpmon.report import text_report
 
 WAIT_REASONS = ("", "GC assist marking", "IO wait", "chan receive", "sleep", "sync.Mutex.Lock")

@@ -168,7 +168,6 @@ GO = Path("/opt/gmpmon-go/go1.27.3/bin/go")
 def test_pprof_cpu_export_opens_in_go_tool_pprof_with_goid_and_p_labels(tmp_path: Path) -> None:
     from gmpmon.export.base import export_recording
     from gmpmon.export.registry import make_exporter
-
     from tests.unit.test_export import pprof, pprof_rows
 
     rec = read_recording(str(REC))
