@@ -15,12 +15,16 @@ import threading
 import time
 from collections.abc import Callable
 
+from gmpmon.errors import GmpmonError
 from gmpmon.fleet.discover import Discovery, GoProcess, exists
 from gmpmon.fleet.findings import WINDOW_S
 from gmpmon.fleet.metrics import ProcessReading
+from gmpmon.fleet.probed import ProbedWatch
 from gmpmon.fleet.watch import InfoCache, Watch, watch_or_reason
 
 RESCAN_S = 2.0
+PROBE_MODES = ("sample", "default", "full")  # attach's modes; "none" is the trap-free Watch
+AnyWatch = Watch | ProbedWatch
 
 
 class Fleet:
@@ -35,6 +39,8 @@ class Fleet:
         per_p: bool = False,
         p_interval_s: float = 0.1,
         findings_window_s: float = WINDOW_S,
+        mode: str = "none",
+        budget_pct: float = 1.0,
         rescan_s: float = RESCAN_S,
         say: Callable[[str], None] | None = None,
     ) -> None:
@@ -46,11 +52,13 @@ class Fleet:
         self.per_p = per_p
         self.p_interval_s = p_interval_s
         self.findings_window_s = findings_window_s
+        self.mode = mode
+        self.budget_pct = budget_pct
         self.rescan_s = rescan_s
         self.say = say or (lambda line: print(f"gmpmon: {line}", file=sys.stderr))
         self.discovery = Discovery()
         self.cache = InfoCache()
-        self.watches: dict[int, Watch] = {}
+        self.watches: dict[int, AnyWatch] = {}
         self._refused: dict[int, str] = {}  # pid -> why it is not watched (said once)
         self._readings: list[ProcessReading] = []
         self.scrape_errors = 0
@@ -86,9 +94,12 @@ class Fleet:
         for pid, gp in wanted.items():
             if pid in self.watches or pid in self._refused:
                 continue
-            made, why = watch_or_reason(gp, self.cache, census_s=self.census_s,
-                                        per_p=self.per_p,
-                                        findings_window_s=self.findings_window_s)
+            if self._stop.is_set():
+                break  # stopping: attach nothing more
+            made, why = self._make(gp)
+            if made is not None and self._stop.is_set():
+                made.close()  # stop() came while it attached: it may have closed the others
+                break
             if made is None:
                 self._refused[pid] = why or "cannot be read"
                 self.say(f"process {pid} ({gp.exe_name}): {self._refused[pid]}; not watched")
@@ -99,6 +110,18 @@ class Fleet:
         # Forget refusals of pids that are gone: a new process may reuse the pid.
         for pid in [p for p in self._refused if not exists(p)]:
             del self._refused[pid]
+
+    def _make(self, gp: GoProcess) -> tuple[AnyWatch | None, str | None]:
+        if self.mode not in PROBE_MODES:
+            return watch_or_reason(gp, self.cache, census_s=self.census_s, per_p=self.per_p,
+                                   findings_window_s=self.findings_window_s)
+        try:
+            return ProbedWatch(gp, self.cache.get(gp), mode=self.mode,
+                               budget_pct=self.budget_pct, census_s=self.census_s), None
+        except GmpmonError as e:
+            return None, e.one_line()
+        except OSError as e:
+            return None, f"cannot read process {gp.pid}: {e.strerror or e}"
 
     # ---------------------------------------------------------------- reading
 
@@ -155,11 +178,17 @@ class Fleet:
             self.error = e
             self._stop.set()
 
+    def request_stop(self) -> None:
+        """From a signal handler: attach nothing more; stop() does the rest."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
-        for w in self.watches.values():
+            # An attach under way (a BCC compile: seconds) ends before the probes are counted
+            # out below; rescan closes a watch made after the stop itself.
+            self._thread.join(timeout=5 if self.mode not in PROBE_MODES else 120)
+        for w in list(self.watches.values()):
             w.close()
         self.watches.clear()
 

@@ -87,7 +87,8 @@ def families(readings: Iterable[ProcessReading], scrape_errors: int = 0) -> Iter
         labels=LABELS,
     )
     hand = CounterMetricFamily(
-        "gmpmon_handoffs", "Ps handed off from Ms blocked in syscalls (handoffp probe)",
+        "gmpmon_handoffs", "Ps handed off from Ms blocked in syscalls (handoffp probe: "
+        "serve --mode sample|default|full only; absent without probes)",
         labels=LABELS,
     )
     stw = CounterMetricFamily(

@@ -24,8 +24,8 @@ from gmpmon.events import EventTuple, Kind
 from gmpmon.fleet.discover import ExeKey, GoProcess
 from gmpmon.fleet.findings import WINDOW_S, FindingsWindow, sample_header
 from gmpmon.fleet.metrics import LATENCY_LE_NS, LatencyHistogram, ProcessReading
-from gmpmon.fleet.threads import SchedstatTotals
-from gmpmon.model.runtime import RuntimePart
+from gmpmon.fleet.threads import SchedstatTotals, ThreadTotals
+from gmpmon.model.runtime import RuntimePart, RuntimeView
 from gmpmon.model.snapshot import LatencyStats
 from gmpmon.session import read_gomaxprocs
 
@@ -160,49 +160,65 @@ class Watch:
     def reading(self) -> ProcessReading:
         if self.down_reason is not None:
             return ProcessReading(proc=self.proc, up=False, missing=(self.down_reason,))
-        v = self.part.view()
-        t = self.threads.read()
-        if v is None or not v.reads:
-            return ProcessReading(
-                proc=self.proc,
-                up=t is not None,
-                kernel_runq_delay_seconds_total=t.runq_delay_ns / 1e9 if t else None,
-                oncpu_seconds_total=t.oncpu_ns / 1e9 if t else None,
-                missing=tuple(self.missing),
-            )
-        by_state: dict[str, int] | None = None
-        if v.census is not None:
-            by_state = {}
-            for row in v.census.rows:
-                if row.system:
-                    continue
-                by_state[row.state] = by_state.get(row.state, 0) + row.count
-        stw = v.stw_gc.sum / 1e9 if v.stw_gc is not None else None
-        return ProcessReading(
-            proc=self.proc,
-            up=True,
-            gomaxprocs=v.gomaxprocs or None,
-            goroutines=v.goroutines,
-            goroutines_by_state=by_state,
-            latency=latency_histogram(v.latency),
-            syscalls_total=sum(p.syscalls for p in v.procs),
-            gc_stw_seconds_total=stw,
-            mutex_wait_seconds_total=(
-                v.mutex_wait_ns / 1e9 if v.mutex_wait_ns is not None else None
-            ),
-            kernel_runq_delay_seconds_total=t.runq_delay_ns / 1e9 if t else None,
-            oncpu_seconds_total=t.oncpu_ns / 1e9 if t else None,
+        return make_reading(
+            self.proc, self.part.view(), self.threads.read(), tuple(self.missing),
             p_state_seconds=dict(self._p_seconds) if self.per_p else None,
             findings=self.finding_labels(),
-            missing=(*self.missing, *v.missing),
         )
-
 
     def finding_labels(self) -> tuple[tuple[str, str], ...] | None:
         """(id, severity) of each finding raised now; None when findings are off."""
         if self.findings is None:
             return None
         return tuple((f.id, f.severity.label) for f in self.findings.findings)
+
+
+def make_reading(
+    proc: GoProcess,
+    v: RuntimeView | None,
+    t: ThreadTotals | None,
+    missing: tuple[str, ...],
+    *,
+    p_state_seconds: dict[tuple[int, str], float] | None = None,
+    findings: tuple[tuple[str, str], ...] | None = None,
+    handoffs_total: int | None = None,
+) -> ProcessReading:
+    """One process's reading from the runtime part's view and its threads' schedstat."""
+    if v is None or not v.reads:
+        return ProcessReading(
+            proc=proc,
+            up=t is not None,
+            kernel_runq_delay_seconds_total=t.runq_delay_ns / 1e9 if t else None,
+            oncpu_seconds_total=t.oncpu_ns / 1e9 if t else None,
+            missing=missing,
+        )
+    by_state: dict[str, int] | None = None
+    if v.census is not None:
+        by_state = {}
+        for row in v.census.rows:
+            if row.system:
+                continue
+            by_state[row.state] = by_state.get(row.state, 0) + row.count
+    stw = v.stw_gc.sum / 1e9 if v.stw_gc is not None else None
+    return ProcessReading(
+        proc=proc,
+        up=True,
+        gomaxprocs=v.gomaxprocs or None,
+        goroutines=v.goroutines,
+        goroutines_by_state=by_state,
+        latency=latency_histogram(v.latency),
+        syscalls_total=sum(p.syscalls for p in v.procs),
+        handoffs_total=handoffs_total,
+        gc_stw_seconds_total=stw,
+        mutex_wait_seconds_total=(
+            v.mutex_wait_ns / 1e9 if v.mutex_wait_ns is not None else None
+        ),
+        kernel_runq_delay_seconds_total=t.runq_delay_ns / 1e9 if t else None,
+        oncpu_seconds_total=t.oncpu_ns / 1e9 if t else None,
+        p_state_seconds=p_state_seconds,
+        findings=findings,
+        missing=(*missing, *v.missing),
+    )
 
 
 def latency_histogram(stats: LatencyStats) -> LatencyHistogram:

@@ -83,7 +83,7 @@ class Serve:
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=env())
         assert self.p.stdout is not None
-        line = self.p.stdout.readline()
+        line = self.first_line = self.p.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
         if not m:
             self.p.kill()
@@ -283,6 +283,10 @@ def test_serve_bad_input(rt: Workload, tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=60, env=env())
     assert p.returncode == 2, p
     assert len(p.stderr.strip().splitlines()) == 1 and "cannot listen" in p.stderr
+    # --per-p samples P states itself: not with the probes' own sampler.
+    p = subprocess.run([*GM, "serve", str(rt.pid), "--mode", "default", "--per-p"],
+                       capture_output=True, text=True, timeout=60, env=env())
+    assert p.returncode == 2 and "--per-p" in p.stderr, p
     # An address that is not this host's.
     p = subprocess.run([*GM, "serve", str(rt.pid), "--listen", "192.0.2.1:9464"],
                        capture_output=True, text=True, timeout=60, env=env())
@@ -435,3 +439,94 @@ def test_prometheus_sees_the_findings_of_a_leak_and_a_throttled_process(
         sat.kill()
         sat.wait()
         leak.stop()
+
+
+# ---------------------------------------------------------------------------- serve --mode
+
+
+def test_serve_without_probes_exports_no_handoffs(rt: Workload) -> None:
+    """Hand-offs need the handoffp probe: trap-free, the series is absent, never a 0."""
+    s = Serve(str(rt.pid), "--interval", "0.3")
+    try:
+        _wait(lambda: _samples(s.metrics(), "gmpmon_syscalls", rt.pid, "_total"), 15,
+              "a reading")
+        assert not _samples(s.metrics(), "gmpmon_handoffs", rt.pid)
+    finally:
+        s.stop()
+    assert "(no probes)" in s.first_line, s.first_line
+
+
+@pytest.mark.bpf
+def test_serve_mode_default_counts_handoffs_and_detaches(tmp_path: Path) -> None:
+    """serve --mode default: attach's capture with its budget, per target. blocksys's four
+    goroutines block in 15-ms nanosleeps (sysmon retakes their Ps): gmpmon_handoffs_total
+    rises at the rate `gmpmon run --mode full` counts on the same program, and never above
+    the workload's own count of the syscalls it made. The probes go when a target exits
+    (serve still running) and when serve exits."""
+    from tests.integration.test_hardening_common import uprobes_on
+
+    exe = _copy("blocksys", tmp_path)
+    seconds = 8.0
+    bs = subprocess.Popen([str(exe), "-t", f"{seconds}s", "-wait-stdin"], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True, env=dict(os.environ, GOMAXPROCS="2"))
+    rt = Workload(_copy("rtcounters", tmp_path, as_name="fleet-rt-probed"))
+    s = None
+    try:
+        assert bs.stdout is not None and bs.stdout.readline().strip() == "ready"
+        s = Serve(str(bs.pid), str(rt.pid), "--mode", "default", "--budget", "1",
+                  "--interval", "0.5")
+        assert "default mode probes, budget 1%" in s.first_line, s.first_line
+        assert uprobes_on(bs.pid, str(exe)), "serve --mode default attached no uprobe"
+        assert uprobes_on(rt.pid), "no uprobe on the second target"
+        assert bs.stdin is not None
+        bs.stdin.write("go\n")
+        bs.stdin.flush()
+
+        def handoffs() -> float | None:
+            got = _samples(s.metrics(), "gmpmon_handoffs", bs.pid, "_total")
+            return got[0].value if got else None
+
+        _wait(lambda: handoffs() is not None, 10, "gmpmon_handoffs_total")
+        time.sleep(1.0)
+        t0, h0 = time.monotonic(), handoffs()
+        time.sleep(4.0)
+        t1, h1 = time.monotonic(), handoffs()
+        assert h0 is not None and h1 is not None
+        rate = (h1 - h0) / (t1 - t0)
+        out, _ = bs.communicate(timeout=30)
+        calls = int(out.split()[-1])  # "done N": the slow syscalls it made in `seconds`
+        # Its own count bounds the hand-offs of its syscalls (one per blocked call at most;
+        # the 0.5-s refresh makes the window up to one refresh longer than measured).
+        assert rate <= 1.15 * calls / seconds + 5, (rate, calls)
+        full = _full_mode_handoff_rate(tmp_path)
+        print(f"serve --mode default: {rate:.0f} hand-offs/s; gmpmon run --mode full "
+              f"{full:.0f}/s; the workload's own syscalls {calls / seconds:.0f}/s")
+        assert rate >= 50 and full / 2.5 <= rate <= 2.5 * full, (rate, full)
+        # The target exited: its probes go and its series with it, serve goes on.
+        _wait(lambda: not uprobes_on(bs.pid, str(exe)), 10, "the exited target's uprobes to go")
+        _wait(lambda: not _samples(s.metrics(), "gmpmon_up", bs.pid), 10,
+              "the exited target's series to go")
+        assert _samples(s.metrics(), "gmpmon_up", rt.pid)[0].value == 1.0
+        err = s.stop()
+        s = None
+        assert "Traceback" not in err, err
+        assert not uprobes_on(rt.pid), "uprobes left after serve exited"
+    finally:
+        if s is not None:
+            s.p.kill()
+            s.p.wait()
+        if bs.poll() is None:
+            bs.kill()
+            bs.wait()
+        rt.stop()
+
+
+def _full_mode_handoff_rate(tmp_path: Path) -> float:
+    exe = _copy("blocksys", tmp_path, as_name="fleet-blocksys-full")
+    out = tmp_path / "full.json"
+    p = subprocess.run([*GM, "run", "--mode", "full", "--no-tui", "--summary-json", str(out),
+                        "--", str(exe), "-t", "3s"], capture_output=True, text=True,
+                       timeout=120, env=env(GOMAXPROCS="2"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    return float(doc["syscalls"]["handoffs"]) / 3.0
