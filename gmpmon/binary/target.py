@@ -87,10 +87,11 @@ def load_bias(pid: int, elf: Elf, path: str) -> int:
     raise TargetError(f"process {pid}: its executable is not mapped (cannot find load bias)")
 
 
-def load_pid(pid: int) -> BinaryInfo:
-    """BinaryInfo of a running process's executable, with `pid` and `load_bias` set."""
+def load_pid(pid: int, *, readers_only: bool = False) -> BinaryInfo:
+    """BinaryInfo of a running process's executable, with `pid` and `load_bias` set
+    (``readers_only``: see load_elf)."""
     path = exe_path(pid)
     data = read_file(path)
-    info = load_elf(data, path)
+    info = load_elf(data, path, readers_only=readers_only)
     bias = load_bias(pid, Elf(data, path), path)
     return dataclasses.replace(info, pid=pid, load_bias=bias)

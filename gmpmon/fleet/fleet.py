@@ -57,7 +57,7 @@ class Fleet:
         self.rescan_s = rescan_s
         self.say = say or (lambda line: print(f"gmpmon: {line}", file=sys.stderr))
         self.discovery = Discovery()
-        self.cache = InfoCache()
+        self.cache = InfoCache(readers_only=mode not in PROBE_MODES)
         self.watches: dict[int, AnyWatch] = {}
         self._refused: dict[int, str] = {}  # pid -> why it is not watched (said once)
         self._readings: list[ProcessReading] = []

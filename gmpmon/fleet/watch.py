@@ -36,14 +36,15 @@ class InfoCache:
     """BinaryInfo per executable (device, inode, size, mtime), shared by every watch: a host
     running fifty copies of one server parses its binary once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, readers_only: bool = False) -> None:
         self._by_key: dict[ExeKey, BinaryInfo] = {}
+        self.readers_only = readers_only  # no probe sites (see binary.load.load_elf)
 
     def get(self, proc: GoProcess) -> BinaryInfo:
         info = self._by_key.get(proc.exe_key)
         if info is None or info.pie:
             # load_pid also finds the load bias, which differs per process for a PIE.
-            info = load_pid(proc.pid)
+            info = load_pid(proc.pid, readers_only=self.readers_only)
             self._by_key[proc.exe_key] = info
         elif info.pid != proc.pid:
             info = dataclasses.replace(info, pid=proc.pid)

@@ -471,3 +471,24 @@ def test_pclntab_abi_wrappers_resolve_to_the_body(version: str) -> None:
         want = truth[name + ".abi0" if plain_is_wrapper else name][0]
         got = funcs.resolve(name)
         assert got is not None and got[0] == want, (name, plain_is_wrapper)
+
+
+@pytest.mark.parametrize(("version", "mode"), MATRIX, ids=IDS)
+def test_readers_only_load_reads_the_same_numbers_without_probe_sites(version: str,
+                                                                       mode: str) -> None:
+    """`gmpmon ps` loads binaries for the memory readers only: no probe sites, the struct
+    offsets from the table of this Go minor instead of DWARF. Every offset and global it
+    gives is the one the full load gives (DWARF where the build has it)."""
+    from gmpmon.binary.load import load_elf
+
+    full = info(version, mode)
+    path = binary(version, mode)
+    lite = load_elf(path.read_bytes(), str(path), readers_only=True)
+    assert lite.probe_sites == {}
+    assert lite.globals == full.globals
+    assert lite.go_version == full.go_version and lite.dwarf == full.dwarf
+    assert lite.wait_reasons == full.wait_reasons and lite.g_status == full.g_status
+    for key, off in lite.offsets.items():
+        if key in full.offsets:
+            assert off == full.offsets[key], (key, off, full.offsets[key])
+    assert set(full.offsets) <= set(lite.offsets), set(full.offsets) - set(lite.offsets)
