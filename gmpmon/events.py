@@ -246,6 +246,7 @@ class Counter(IntEnum):
     PARK_COUNT = 5  # key = wait-reason index
     PARK_WAIT_NS = 6  # key = wait-reason index (park -> ready ns, added at ready)
     PROBE_HITS = 7  # key = probe id (capture-defined); for overhead accounting
+    RING = 8  # key = RING_*: the probes' ring-buffer ledger (what was written, read, lost)
     # Kernel sources (gmpmon/capture/perfsample.py, tracepoints.py); M = OS thread id:
     SAMPLES = 10  # key = SAMPLE_* outcome: perf samples of the target, exact
     M_ONCPU_NS = 11  # key = tid: time on a CPU (sched_switch)
@@ -258,6 +259,17 @@ class Counter(IntEnum):
     SYS_G_COUNT = 18  # key = goid (low 32 bits; 0 = g0/not Go)
     SYS_G_NS = 19  # key = goid (low 32 bits)
 
+
+# Counter.RING keys. The kernel counts what the probes tried to write and what the full ring
+# and the full counters hash refused; user space counts what it read and what it dropped
+# unread at the end (CUT_AT_END). Once drained: WRITTEN == READ + CUT + REFUSED.
+RING_WRITTEN = 0
+RING_READ = 1
+RING_CUT = 2
+RING_REFUSED = 3
+RING_COUNTERS_FULL = 4
+RING_KEYS = {RING_WRITTEN: "written", RING_READ: "read", RING_CUT: "cut_at_end",
+             RING_REFUSED: "refused", RING_COUNTERS_FULL: "counters_full"}
 
 # CPU_SAMPLE outcomes (a0 & 0xff; probes/samples.bpf.c):
 SAMPLE_GO = 0  # user mode, R14 = m.curg: goroutine ``g`` ran on P ``p``

@@ -38,12 +38,18 @@
 #define NO_P (-1)
 
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+/* lost: records the ring buffer refused (full); ctr_full: counter updates the full
+ * `counters` hash refused. Both are reported as lost (LOST). */
 BPF_PERCPU_ARRAY(lost, u64, 1);
+BPF_PERCPU_ARRAY(ctr_full, u64, 1);
+/* emits: records the probes tried to write. The ledger user space checks (Counter.RING):
+ * emits = records read + records cut unread at the end + lost. */
+BPF_PERCPU_ARRAY(emits, u64, 1);
 /* Probe hit counts per handler id (gmpmon/probetable.py: Probe.hid): overhead
  * accounting for the benchmark (hits x emulated-hit cost = the floor). */
 BPF_PERCPU_ARRAY(hits, u64, 32);
 /* Generic aggregate: key = GM_COUNTER_KEY(table, p, key), value = running total. */
-BPF_HASH(counters, u64, u64, 16384);
+BPF_HASH(counters, u64, u64, COUNTERS_MAX);
 /* cfg[0] = window generation: bumped by user space whenever the hot probes are attached
  * again (default mode's duty cycle), so that a timestamp left by the previous window is never
  * paired with an event of this one (the events in between were not seen). */
@@ -153,10 +159,10 @@ static __always_inline void gm_count(u32 table, s32 p, u32 key, u64 delta)
     if (v) {
         __sync_fetch_and_add(v, delta);
     } else {
-        /* The counters hash is full (16384 keys: 64 Ps x 256 latency buckets fill it): the
+        /* The counters hash is full (COUNTERS_MAX = 16384 keys: 64 Ps x 256 latency buckets fill it): the
          * update is lost, and counted as a lost record so that it is never silent. */
         int zero_idx = 0;
-        u64 *l = lost.lookup(&zero_idx);
+        u64 *l = ctr_full.lookup(&zero_idx);
         if (l)
             *l += 1;
     }
@@ -169,6 +175,10 @@ static __always_inline void gm_count(u32 table, s32 p, u32 key, u64 delta)
  * updates in between took 2-4 us: the event-derived latencies were that much shorter). */
 static __always_inline void gm_emit_at(u64 ts, u32 kind, s32 p, u32 m, u64 g, u64 a0, u64 a1)
 {
+    int zero_e = 0;
+    u64 *n = emits.lookup(&zero_e);
+    if (n)
+        *n += 1;   /* per-CPU slot: no atomic needed */
     struct gm_event *e = events.ringbuf_reserve(sizeof(struct gm_event));
     if (!e) {
         int zero = 0;

@@ -47,6 +47,7 @@ struct gm_event {
 #define GM_C_PARK_COUNT     5
 #define GM_C_PARK_WAIT_NS   6
 #define GM_C_PROBE_HITS     7   /* filled by user space from the `hits` array */
+#define GM_C_RING           8   /* filled by user space from `emits`, `lost`, `ctr_full` and its reader */
 
 /* gmpmon.events.LockKind */
 #define GM_LOCK_MUTEX 1

@@ -39,6 +39,14 @@ from gmpmon.probetable import CALL, CALL_RESULT, ENTRY, HANDLERS, LAST_CALL, PRO
 _libc = ct.CDLL(None, use_errno=True)
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probes"
 RINGBUF_PAGES = 4096  # 16 MiB: ~300k records, ~300 ms of the hottest target at full rate
+COUNTERS_MAX = 16384  # keys of the `counters` hash (64 Ps x 256 latency buckets fill it)
+
+
+def counters_max() -> int:
+    """The `counters` hash size. GMPMON_COUNTERS_MAX makes it smaller, so that a test can
+    fill it on a small target and see every refused update counted."""
+    v = os.environ.get("GMPMON_COUNTERS_MAX", "")
+    return int(v) if v.isdigit() and 0 < int(v) <= COUNTERS_MAX else COUNTERS_MAX
 
 BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48
@@ -122,6 +130,7 @@ def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[s
     defs: dict[str, int] = {
         "TGID": tgid,
         "RINGBUF_PAGES": RINGBUF_PAGES,
+        "COUNTERS_MAX": counters_max(),
         "G_M": _off(info, "runtime.g.m"),
         "G_GOID": _off(info, "runtime.g.goid"),
         "G_WAITREASON": _off(info, "runtime.g.waitreason"),
@@ -316,10 +325,19 @@ class BpfProgram:
         return out
 
     def lost_delta(self) -> int:
-        total = sum(self.bpf[b"lost"][ct.c_int(0)])
+        """Records and counter updates lost in the kernel since the last call (LOST)."""
+        total = self._total(b"lost") + self._total(b"ctr_full")
         d = total - self._prev_lost
         self._prev_lost = total
-        return int(d)
+        return d
+
+    def ring_totals(self) -> tuple[int, int, int]:
+        """The kernel's side of the ring ledger (Counter.RING): records the probes tried to
+        write, reserves the full ring refused, counter updates the full hash refused."""
+        return self._total(b"emits"), self._total(b"lost"), self._total(b"ctr_full")
+
+    def _total(self, name: bytes) -> int:
+        return int(sum(self.bpf[name][ct.c_int(0)]))
 
     def hit_deltas(self) -> list[tuple[int, int]]:
         hits = self.bpf[b"hits"]

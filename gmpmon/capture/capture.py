@@ -33,7 +33,20 @@ from gmpmon.capture.sampler import Sampler
 from gmpmon.capture.targetmem import running
 from gmpmon.capture.triggers import Flight, TriggerSpec
 from gmpmon.errors import CaptureError
-from gmpmon.events import MISSED_STACK, Batch, Counter, EventTuple, Kind, Stage, unknown_frame
+from gmpmon.events import (
+    MISSED_STACK,
+    RING_COUNTERS_FULL,
+    RING_CUT,
+    RING_READ,
+    RING_REFUSED,
+    RING_WRITTEN,
+    Batch,
+    Counter,
+    EventTuple,
+    Kind,
+    Stage,
+    unknown_frame,
+)
 
 MODES = ("sample", "default", "full")
 POLL_S = 0.010
@@ -109,6 +122,8 @@ class Capture:
         self.budget_pct = budget_pct
         self.hotctl: HotControl | None = None  # default mode: the budgeted window controller
         self._cost_sent: CostStatus | None = None
+        self._ring_prev: dict[int, int] = {}  # Counter.RING totals already sent
+        self._ring_cut = 0  # records left unread in the ring at the end (CUT_AT_END)
         self.flight = Flight(list(triggers), burst_ms) if triggers else None
         self._error: BaseException | None = None
         self.cgroup = CgroupCpuReader(pid)  # CGROUP_CPU events, every mode (findings)
@@ -344,6 +359,7 @@ class Capture:
         if self._stop.is_set() and self.ring is not None and self.ring.backlog() > CUT_BACKLOG:
             # --duration / Ctrl-C: a full ring is not decoded after the end, only counted.
             n = self.ring.skip()
+            self._ring_cut += n
             self._pending.append((time.monotonic_ns(), Kind.DROP, -1, 0, 0, n,
                                   int(Stage.CUT_AT_END)))
         self._read_ring()
@@ -401,6 +417,21 @@ class Capture:
         if lost:
             self.stats.lost += lost
             ev.append((now, Kind.LOST, -1, 0, 0, lost, 0))
+        self._ring_ledger(now)
+
+    def _ring_ledger(self, now: int) -> None:
+        """Counter.RING deltas: what the probes wrote and lost (kernel), what was read and
+        cut unread (here). Once drained, written == read + cut + refused."""
+        assert self.prog is not None
+        written, refused, full = self.prog.ring_totals()
+        read = self.ring.records if self.ring is not None else 0
+        totals = {RING_WRITTEN: written, RING_READ: read, RING_CUT: self._ring_cut,
+                  RING_REFUSED: refused, RING_COUNTERS_FULL: full}
+        for key, total in totals.items():
+            d = total - self._ring_prev.get(key, 0)
+            if d:
+                self._ring_prev[key] = total
+                self._pending.append((now, Kind.COUNTER, -1, 0, Counter.RING, key, d))
 
     def _poll_runtime(self, now: int, final: bool = False) -> None:
         if self.runtime is not None:

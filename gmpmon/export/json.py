@@ -90,7 +90,7 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
         "cost": _cost(snap),
         "duration_s": round(max(0, snap.now - snap.start) / 1e9, 6),
         "events": {"total": snap.events_total, "lost": snap.events_lost, "late": snap.late_events,
-                   "dropped": dict(snap.dropped)},
+                   "dropped": dict(snap.dropped), "ring": dict(snap.ring)},
         "illegal_transitions": snap.illegal_transitions,
         "procs": [
             {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gmpmon.events import Counter, EventTuple, Kind
+from gmpmon.events import RING_KEYS, Counter, EventTuple, Kind
 from gmpmon.model.part import Context, Handler, Part
 
 
@@ -98,3 +98,21 @@ class ProbeHits(Part):
 
     def section(self, at: object) -> dict[str, object]:
         return {"probe_hits": dict(sorted(self.hits.items()))}
+
+
+class RingLedger(Part):
+    """Counter.RING: the probes' ring-buffer ledger, by RING_KEYS name."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.totals: dict[str, int] = {}
+
+    def counters(self) -> Iterable[tuple[int, Handler]]:
+        return ((Counter.RING, self.on_counter),)
+
+    def on_counter(self, e: EventTuple) -> None:
+        name = RING_KEYS.get(e[5])
+        if name is not None:
+            self.totals[name] = self.totals.get(name, 0) + e[6]
+
+    def section(self, at: object) -> dict[str, object]:
+        return {"ring": dict(self.totals)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gmpmon.model.cost import CostTracker
-from gmpmon.model.counts import Lifecycle, Preemption, ProbeHits, Syscalls
+from gmpmon.model.counts import Lifecycle, Preemption, ProbeHits, RingLedger, Syscalls
 from gmpmon.model.kernel import KernelPart
 from gmpmon.model.part import Context, Part
 from gmpmon.model.runtime import RuntimePart
@@ -26,6 +26,7 @@ PARTS: tuple[Callable[[Context], Part], ...] = (
     Stw,
     Waits,
     ProbeHits,
+    RingLedger,
     RuntimePart.for_model,  # the runtime's own counters and the goroutine census (40-59)
     CostTracker,  # default mode's budget controller (COST, TRIGGER: 80-89)
     KernelPart.for_model,  # perf-event samples and kernel tracepoints (60-79, tables 10-19)

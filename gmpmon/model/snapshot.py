@@ -157,6 +157,7 @@ class Snapshot:
     unseen_wakes: int = 0  # parked Gs that ran with no READY/WAKE seen
     stw_reasons: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (count, ns)
     probe_hits: dict[int, int] = field(default_factory=dict)  # capture's probe id -> hits
+    ring: dict[str, int] = field(default_factory=dict)  # Counter.RING ledger (RING_KEYS names)
     sources: dict[str, str] = field(default_factory=dict)  # table -> "counters" | "events"
     # (wake reason, P of the execute) -> (count, total latency ns); from events only
     latency_by_reason_proc: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)

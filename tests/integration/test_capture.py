@@ -70,6 +70,10 @@ def test_every_sleep_is_one_sleep_park(tmp_path: Path, go: str, build_mode: str)
     assert s["park_reasons"]["sleep"]["wait_ns"] >= n * 1_000_000
     assert s["target"]["gomaxprocs"] == 2
     assert s["events"]["lost"] == 0
+    # No loss: every record the probes wrote (the kernel's count) was read.
+    ring = s["events"]["ring"]
+    assert ring["written"] == ring["read"] > 2 * n, ring
+    assert not ring.get("refused") and not ring.get("cut_at_end"), ring
 
 
 @pytest.mark.bpf

@@ -65,8 +65,19 @@ def test_starved_reader_drops_in_kernel_reports_lost_and_target_runs_on(tmp_path
     exe = private_copy(build("lifecycle", "1.27"), "overload")
     t = start_target(exe, env={"GOMAXPROCS": "1"})
     summary = tmp_path / "s.json"
-    g = start_gmpmon("attach", str(t.pid), "--no-tui", "--mode", "full", "-d", "14",
-                     "--interval", "0.5", "--summary-json", str(summary))
+    g = start_gmpmon(
+        "attach",
+        str(t.pid),
+        "--no-tui",
+        "--mode",
+        "full",
+        "-d",
+        "14",
+        "--interval",
+        "0.5",
+        "--summary-json",
+        str(summary),
+    )
     watch = RssWatch(g.pid)
     try:
         wait_attached(t.pid)
@@ -89,8 +100,10 @@ def test_starved_reader_drops_in_kernel_reports_lost_and_target_runs_on(tmp_path
     assert "Traceback" not in err
 
     # The target did not slow down while gmpmon was not reading.
-    print(f"ops per target CPU-second: gmpmon reading {attached[1]:,.0f}, "
-          f"gmpmon stopped {starved[1]:,.0f}")
+    print(
+        f"ops per target CPU-second: gmpmon reading {attached[1]:,.0f}, "
+        f"gmpmon stopped {starved[1]:,.0f}"
+    )
     assert starved[1] >= 0.7 * attached[1], (attached, starved)
 
     # Dropped in the kernel, counted, and shown: summary JSON, the report, interval lines.
@@ -98,14 +111,48 @@ def test_starved_reader_drops_in_kernel_reports_lost_and_target_runs_on(tmp_path
     lost = s["events"]["lost"]
     print(f"events {s['events']['total']:,}, lost {lost:,}")
     assert lost > 0
+    # The ledger adds up: every record the probes tried to write was read, cut unread at
+    # the end, or refused by the full ring (counted in the kernel), and LOST is what the
+    # kernel refused (ring records and counter updates).
+    ring = s["events"]["ring"]
+    print(f"ring ledger: {ring}")
+    assert ring["written"] == ring.get("read", 0) + ring.get("cut_at_end", 0) + ring.get(
+        "refused", 0
+    ), ring
+    assert lost == ring.get("refused", 0) + ring.get("counters_full", 0), (lost, ring)
+    assert ring.get("refused", 0) > 0.1 * ring["written"], ring  # 3 s unread of a hot ping-pong
     assert f"{lost} LOST" in out, out[-2000:]
     assert any(int(n) > 0 for n in re.findall(r"\blost=(\d+)", out)), out[:2000]
 
     # Memory: bounded, and flat once the backlog is read.
     after = [mb for ts, mb in watch.samples if ts >= resumed_at + 2.0]
     peak = max(mb for _, mb in watch.samples)
-    print(f"gmpmon RSS: peak {peak:.0f} MB, from 2 s after the starvation "
-          f"{min(after):.0f}..{max(after):.0f} MB")
+    print(
+        f"gmpmon RSS: peak {peak:.0f} MB, from 2 s after the starvation "
+        f"{min(after):.0f}..{max(after):.0f} MB"
+    )
     assert peak < RSS_LIMIT_MB
     assert after and max(after) - min(after) < RSS_GROWTH_MB
     assert_nothing_left(t.pid, [g.pid], str(exe))
+
+
+def test_a_full_counters_hash_is_counted_never_silent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-kernel counters hash, made 8 keys small (GMPMON_COUNTERS_MAX), fills on a
+    sleeper: each refused update is counted (ring ledger `counters_full`) and reported as
+    lost, and what did fit is still counted."""
+    from tests.integration.test_capture import gm_run
+
+    monkeypatch.setenv("GMPMON_COUNTERS_MAX", "8")
+    n = 200
+    p, s = gm_run(tmp_path, build("sleeper", "1.27"), "-n", str(n), "-d", "1ms")
+    assert f"done {n}" in p.stdout
+    ring = s["events"]["ring"]
+    print(f"ring ledger: {ring}, lost {s['events']['lost']}")
+    assert ring.get("counters_full", 0) > 0, ring
+    assert s["events"]["lost"] == ring.get("refused", 0) + ring["counters_full"]
+    assert ring["written"] == ring["read"] + ring.get("cut_at_end", 0) + ring.get("refused", 0)
+    # Counts the kernel aggregates lost updates: they may be short, never more, and the
+    # summary says so through `lost`.
+    assert 0 <= s["park_reasons"].get("sleep", {}).get("count", 0) <= n

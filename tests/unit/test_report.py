@@ -93,7 +93,8 @@ def test_summary_schema_and_numbers() -> None:
     assert set(doc) == SCHEMA_KEYS
     json.dumps(doc)  # serialisable as is
     assert doc["target"]["pid"] == 42 and doc["target"]["gomaxprocs"] == 4
-    assert doc["events"] == {"total": s.events_total, "lost": 0, "late": 0, "dropped": {}}
+    assert doc["events"] == {"total": s.events_total, "lost": 0, "late": 0, "dropped": {},
+                             "ring": {}}
     assert [p["id"] for p in doc["procs"]] == [0, 1, 2, 3]
     assert sum(p["executes"] for p in doc["procs"]) == 400
     assert set(doc["procs"][0]) >= {
