@@ -98,7 +98,12 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
     lost = f", {snap.events_lost} LOST" if snap.events_lost else ""
     add(f"events {snap.events_total}{lost}, illegal transitions {snap.illegal_transitions}")
     if snap.events_lost:
-        add(f"  ({lost_hint(snap.mode)})")
+        full = snap.ring.get("counters_full", 0)
+        if full:
+            add(f"  ({full} in-kernel counter updates lost: the counters hash was full; "
+                "counts the kernel aggregates are short)")
+        if snap.events_lost > full:
+            add(f"  ({lost_hint(snap.mode)})")
     if snap.window == "windows":
         add(
             f"  timeline numbers come from {snap.windows} duty-cycle windows "

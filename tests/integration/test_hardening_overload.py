@@ -156,3 +156,4 @@ def test_a_full_counters_hash_is_counted_never_silent(
     # Counts the kernel aggregates lost updates: they may be short, never more, and the
     # summary says so through `lost`.
     assert 0 <= s["park_reasons"].get("sleep", {}).get("count", 0) <= n
+    assert f"{ring['counters_full']} in-kernel counter updates lost" in p.stdout + p.stderr
