@@ -32,7 +32,10 @@ PARK               G ``g`` parks (``gopark``) on P ``p``. a0 = wait-reason index
 READY              G ``g`` becomes runnable (``ready``). a0 = goid of the waker (0 when the
                    scheduler, netpoll or a timer on g0 woke it), a1 = the wait-reason index
                    the readied G had parked with.
-GO_CREATE          New G ``g`` created by goid a0 (0 when unknown). a1 = 0.
+GO_CREATE          New G ``g`` created by goid a0 (0 when unknown). a1 = its go site: a stack
+                   id into ``Batch.stacks`` from :data:`GO_SITE_BASE` (frames: start function,
+                   creating function, ``file:line`` of the ``go`` statement), 0 when unknown.
+                   (BPF sends low32(startpc) | low32(gopc) << 32; capture names the pair.)
 GO_EXIT            G ``g`` exits (``goexit0`` / ``gdestroy``).
 SYSCALL_ENTER      G ``g`` enters a syscall on P ``p``. a0 = 1 for ``entersyscallblock``
                    (the P is handed off at once), 0 otherwise.
@@ -122,6 +125,9 @@ CENSUS_WAIT        Same key as CENSUS_STATE: m = goroutines with ``waitsince`` s
                    their waits ns, a1 = the longest wait ns.
 CENSUS_SITE        a0 = creation site id into ``Batch.stacks`` (root first: the function with
                    the ``go`` statement, then the goroutine's start function), a1 = goroutines.
+CENSUS_G           G ``g`` is alive with go site a0 (as GO_CREATE's a1), sent once per
+                   goroutine (again only if its site changed); a0 = 0: G ``g`` has left
+                   ``allgs``' live set since the previous complete walk.
 CENSUS_END         a0 = goroutines walked, a1 = :class:`CensusCut` flags (0 = complete),
                    g = walk duration ns.
 =================  =============================================================================
@@ -210,6 +216,7 @@ class Kind(IntEnum):
     CENSUS_WAIT = 52
     CENSUS_SITE = 53
     CENSUS_END = 54
+    CENSUS_G = 55
     CPU_SAMPLE = 60
     SAMPLER_OFF = 61
     COST = 80  # the overhead budget (gmpmon.capture.hotctl), see below
@@ -340,6 +347,8 @@ class CensusCut(IntEnum):
 
 # Stack ids of census creation sites (CENSUS_SITE a0) start here, far above capture's own.
 CENSUS_SITE_BASE = 1 << 32
+# Stack ids of go sites (GO_CREATE a1, CENSUS_G a0; capture/gosites.py) start here.
+GO_SITE_BASE = 1 << 34
 class CgroupField(IntEnum):
     """CGROUP_CPU fields (absolute values). The quota and period are those of the most
     restrictive cgroup on the path from the target's own up to the root (Go 1.25 reads it

@@ -7,6 +7,8 @@
  *                     (probes are attached per inode, pid=-1, so `gmpmon run` can place them
  *                     before exec; other processes running the same binary are ignored).
  *   G_M G_GOID G_WAITREASON                 runtime.g fields (go-runtime.md §2.1)
+ *   G_STARTPC G_GOPC  runtime.g.startpc / gopc (the goroutine's function and the pc after
+ *                     its `go` statement's call), 0 when the binary gives no offset for them.
  *   M_PROCID M_CURG M_P                     runtime.m fields
  *   P_ID P_M P_RUNQHEAD P_RUNQTAIL P_RUNNEXT runtime.p fields
  *   HAVE_RUNQSIZE     1 when sched.runqsize (<=1.24) / sched.runq.size (1.25+) can be read:
@@ -356,6 +358,24 @@ static __always_inline int on_wake_gcworker(struct pt_regs *ctx)
 }
 
 
+/* Where a new goroutine comes from, read from newg in the same probe hit (two reads, no
+ * trap of its own): newproc1 has set newg.startpc (its function) and newg.gopc (the pc after
+ * the CALL in the `go` statement). Both lie in the binary's text, which is shorter than
+ * 4 GiB, so their low 32 bits say which address they are: user space rebuilds them from the
+ * text's start (capture.py: _fix_go_sites). a1 = low32(startpc) | low32(gopc) << 32. */
+static __always_inline u64 gm_go_site(u64 newg)
+{
+#if G_STARTPC && G_GOPC
+    if (!newg)
+        return 0;
+    u64 start = rd64(newg + G_STARTPC);
+    u64 gopc = rd64(newg + G_GOPC);
+    return (start & 0xffffffffULL) | (gopc << 32);
+#else
+    return 0;
+#endif
+}
+
 /* The `CALL runtime.runqput` inside runtime.newproc.func1 (newproc's systemstack closure:
  * newg := newproc1(...); runqput(pp, newg, true)), all versions. CALL is emulated, so this is
  * the cheap way to see a creation with the new goid already set (newproc1's RET would be
@@ -366,7 +386,8 @@ static __always_inline int on_gocreate(struct pt_regs *ctx)
     u64 goid = gm_goid(ctx->bx);
     u64 parent = gm_goid(rd64(gm_m(ctx) + M_CURG));
     gm_mark_runnable(goid, now);
-    gm_emit_at(now, GM_GO_CREATE, gm_pid(ctx->ax), gm_tid(), goid, parent, 0);
+    gm_emit_at(now, GM_GO_CREATE, gm_pid(ctx->ax), gm_tid(), goid, parent,
+               gm_go_site(ctx->bx));
     return 0;
 }
 
@@ -379,7 +400,8 @@ static __always_inline int on_newproc1_ret(struct pt_regs *ctx)
     u64 m = gm_m(ctx);
     u64 parent = gm_goid(rd64(m + M_CURG));
     gm_mark_runnable(goid, now);
-    gm_emit_at(now, GM_GO_CREATE, gm_pid(rd64(m + M_P)), gm_tid(), goid, parent, 0);
+    gm_emit_at(now, GM_GO_CREATE, gm_pid(rd64(m + M_P)), gm_tid(), goid, parent,
+               gm_go_site(ctx->ax));
     return 0;
 }
 

@@ -134,6 +134,9 @@ def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[s
         "G_M": _off(info, "runtime.g.m"),
         "G_GOID": _off(info, "runtime.g.goid"),
         "G_WAITREASON": _off(info, "runtime.g.waitreason"),
+        # GO_CREATE's a1 (the new G's function and go statement): optional, 0 = not read.
+        "G_STARTPC": info.offsets.get("runtime.g.startpc", 0),
+        "G_GOPC": info.offsets.get("runtime.g.gopc", 0),
         "M_PROCID": _off(info, "runtime.m.procid"),
         "M_CURG": _off(info, "runtime.m.curg"),
         "M_P": _off(info, "runtime.m.p"),

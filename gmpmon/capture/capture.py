@@ -18,12 +18,14 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 from operator import itemgetter
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
 from gmpmon.capture.budget import CostStatus
 from gmpmon.capture.cgroup import CgroupCpuReader
+from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
 from gmpmon.capture.pipeline import BatchQueue
@@ -58,6 +60,7 @@ REORDER_NS = 3_000_000
 U64 = (1 << 64) - 1
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
 _MUTEX = int(Kind.MUTEX)
+_GO_CREATE = int(Kind.GO_CREATE)
 
 
 @dataclass
@@ -118,6 +121,7 @@ class Capture:
         self._thread: threading.Thread | None = None
         self._pending: list[EventTuple] = []
         self._stack_ids: dict[int, int] = {}
+        self.go_sites = GoSites(info)  # GO_CREATE a1 and the census's per-G sites
         self._hot_on = False
         self.budget_pct = budget_pct
         self.hotctl: HotControl | None = None  # default mode: the budgeted window controller
@@ -199,6 +203,7 @@ class Capture:
         """`run` of a PIE: the load bias is known only after exec."""
         if bias != self.info.load_bias:
             self.info = dataclasses.replace(self.info, load_bias=bias, pid=self.pid)
+            self.go_sites.rebind(self.info)
         if self.prog is not None:
             self.prog.set_load_bias(bias)
 
@@ -217,7 +222,8 @@ class Capture:
         if self.runtime is None:
             with contextlib.suppress(OSError):
                 self.runtime = RuntimeSources(
-                    self.info, self.pid, census_s=self.census_s, starting=self.defer_sampler
+                    self.info, self.pid, census_s=self.census_s, starting=self.defer_sampler,
+                    sites=self.go_sites,
                 )
         if self.mode == "full" or self.sampler is not None:
             return
@@ -450,17 +456,30 @@ class Capture:
             return
         out = pend[:cut]
         del pend[:cut]
-        stacks = self._fix_mutex_stacks(out)
+        kinds = list(map(_KIND, out))  # C-level scan for the rare kinds fixed up below
+        stacks = self._fix_mutex_stacks(out, kinds)
+        self._fix_go_sites(out, kinds)
+        stacks.update(self.go_sites.take())  # names from here and from the census thread
         stacks.update(self.kernel.take_stacks())
         if self.flight is not None:
             out += self.flight.check(out, self.hotctl.burst if self.hotctl else None)
         self._q.put(Batch(out, stacks))
 
-    def _fix_mutex_stacks(self, events: list[EventTuple]) -> dict[int, tuple[str, ...]]:
+    def _fix_go_sites(self, events: list[EventTuple], kinds: list[int]) -> None:
+        """GO_CREATE records carry the new G's packed (startpc, gopc): make it a go site id."""
+        if _GO_CREATE not in kinds:
+            return
+        packed = self.go_sites.packed
+        for i in compress(range(len(kinds)), map(_GO_CREATE.__eq__, kinds)):
+            e = events[i]
+            if e[6]:
+                events[i] = (e[0], e[1], e[2], e[3], e[4], e[5], packed(e[6]))
+
+    def _fix_mutex_stacks(self, events: list[EventTuple], kinds: list[int]
+                          ) -> dict[int, tuple[str, ...]]:
         """MUTEX records carry (caller pc << 16 | kernel stack id): give each distinct pair a
         small stack id and symbolize it once, root first."""
         new: dict[int, tuple[str, ...]] = {}
-        kinds = list(map(_KIND, events))  # C-level scan: MUTEX records are rare
         if _MUTEX not in kinds:
             return new
         for i, k in enumerate(kinds):

@@ -10,6 +10,10 @@ read in chunks of nearby addresses (they come from the same size-class spans), a
 for thousands of goroutines. A walk cut short says why (CENSUS_END flags) and keeps what it
 counted, also when the target exits mid-walk. System goroutines (start function in
 ``runtime.``, as ``isSystemGoroutine`` decides) are counted apart, as NumGoroutine does.
+
+Per goroutine, only news: a CENSUS_G names the go site (capture/gosites.py) of each goroutine
+not told before (at most ``MAX_TOLD`` tracked), and says which ones left since the last
+complete walk, so a steady program costs the recording nothing after its first census.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
+from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import absent, global_addr
 from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.events import (
@@ -34,6 +39,7 @@ from gmpmon.events import (
 
 CHUNK = 64 * 1024
 MAX_SITES = 200
+MAX_TOLD = 100_000  # goroutines whose go site the model is told (the model keeps as many)
 G_DEAD = 6
 # isSystemGoroutine: runtime.* start functions, except these user-facing ones.
 _USER_RUNTIME = frozenset({"runtime.main", "runtime.corostart", "runtime.handleAsyncEvent"})
@@ -51,8 +57,11 @@ class Census:
         *,
         max_goroutines: int = 1_000_000,
         budget_s: float = 1.0,
+        sites: GoSites | None = None,
     ) -> None:
         self.info = info
+        self.sites = sites
+        self._told: dict[int, int] = {}  # goid -> go site id the model was told
         self.mem = mem
         self.max_goroutines = max_goroutines
         self.budget_s = budget_s
@@ -114,6 +123,7 @@ class Census:
         counts: dict[Key, int] = {}
         waits: dict[Key, list[int]] = {}  # [n, sum, max]
         sites: dict[tuple[int, int], int] = {}
+        per_g: dict[int, tuple[int, int]] = {}  # goid -> (gopc, startpc), live ones
         cut = 0
         self._walked = 0
         try:
@@ -127,7 +137,7 @@ class Census:
         if not cut & CensusCut.TARGET_GONE:
             try:
                 gps = self._pointers(ptr, n)
-                self._scan(gps, t0, deadline, counts, waits, sites)
+                self._scan(gps, t0, deadline, counts, waits, sites, per_g)
                 if self._scanned < len(gps):
                     cut |= CensusCut.TIME
             except OSError:
@@ -135,6 +145,7 @@ class Census:
         walked = self._walked
         t1 = time.monotonic_ns()
         self._emit(t1, counts, waits, sites, out, stacks)
+        self._tell(t1, per_g, bool(cut), out)
         out.append((t1, Kind.CENSUS_END, NO_P, 0, t1 - t0, walked, int(cut)))
         self.last_duration_s = (t1 - t0) / 1e9
         self.last_cpu_s = time.thread_time() - cpu0
@@ -156,8 +167,11 @@ class Census:
         counts: dict[Key, int],
         waits: dict[Key, list[int]],
         sites: dict[tuple[int, int], int],
+        per_g: dict[int, tuple[int, int]],
     ) -> None:
         unpack = self._g.unpack_from
+        i_goid = self._names.index("goid")
+        tell = self.sites is not None
         names = self._names
         i_status = names.index("status")
         i_reason = names.index("reason")
@@ -209,9 +223,12 @@ class Census:
                         acc[1] += w
                         if w > acc[2]:
                             acc[2] = w
-                if i_gopc >= 0 and not system:
+                if i_gopc >= 0:
                     site = (row[i_gopc], startpc)
-                    sites[site] = sites.get(site, 0) + 1
+                    if not system:
+                        sites[site] = sites.get(site, 0) + 1
+                    if tell and len(per_g) < MAX_TOLD:
+                        per_g[row[i_goid]] = site
             j = k + 1
             self._scanned = j
 
@@ -242,7 +259,11 @@ class Census:
         by_name: dict[tuple[str, str], int] = {}
         for (gopc, startpc), c in sites.items():
             # gopc is the return address of the call in the go statement: stay inside it.
-            name = (self._func(gopc - 1) if gopc else UNKNOWN_FRAME, self._func(startpc))
+            if self.sites is not None:  # the function a `go f(x)` wrapper calls, f
+                start, creator, _where = self.sites.names(gopc, startpc)
+                name = (creator, start)
+            else:
+                name = (self._func(gopc - 1) if gopc else UNKNOWN_FRAME, self._func(startpc))
             by_name[name] = by_name.get(name, 0) + c
         top = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_SITES]
         for name, c in top:
@@ -252,3 +273,28 @@ class Census:
                 self._site_ids[name] = sid
                 stacks[sid] = name
             out.append((ts, Kind.CENSUS_SITE, NO_P, 0, 0, sid, c))
+
+    def _tell(self, ts: int, per_g: dict[int, tuple[int, int]], cut: bool,
+              out: list[EventTuple]) -> None:
+        """CENSUS_G for goroutines new since the last walk (or whose site changed), and for
+        those gone since (only after a complete walk: a cut one did not see them all)."""
+        if self.sites is None:
+            return
+        told = self._told
+        now: dict[int, int] = {}
+        by_pair: dict[tuple[int, int], int] = {}
+        sid_of = self.sites.sid
+        for goid, pair in per_g.items():
+            sid = by_pair.get(pair)
+            if sid is None:
+                sid = by_pair[pair] = sid_of(*pair)
+            now[goid] = sid
+            if told.get(goid) != sid:
+                out.append((ts, Kind.CENSUS_G, NO_P, 0, goid, sid, 0))
+        if cut:
+            told.update(now)
+            if len(told) > 2 * MAX_TOLD:  # cut walk after cut walk: start telling afresh
+                self._told = now
+            return
+        out.extend((ts, Kind.CENSUS_G, NO_P, 0, goid, 0, 0) for goid in told.keys() - now.keys())
+        self._told = now

@@ -15,6 +15,7 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.census import Census
+from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.sampler import check_layout
 from gmpmon.capture.targetmem import TargetMemory
@@ -36,6 +37,7 @@ class RuntimeSources:
         counters_s: float = COUNTERS_S,
         census_s: float = CENSUS_S,
         starting: bool = False,
+        sites: GoSites | None = None,
     ) -> None:
         self.counters_ns = int(counters_s * 1e9)
         self.census_s = census_s
@@ -62,7 +64,7 @@ class RuntimeSources:
                                      RtFeature.CENSUS_SITES}
         if census_s > 0 and layout.ok("allgs"):
             try:
-                self.census = Census(info, self.mem)
+                self.census = Census(info, self.mem, sites=sites)
             except (KeyError, ValueError) as e:
                 self.errors.append(f"goroutine census off: {e}")
                 off.add(RtFeature.CENSUS)

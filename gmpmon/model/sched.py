@@ -37,6 +37,7 @@ from gmpmon.model.part import (
     Part,
     View,
 )
+from gmpmon.model.pstatus import p_status_decoder
 from gmpmon.model.snapshot import GState, PState
 
 # Plain ints in the hot loop (IntEnum compares are slower).
@@ -83,9 +84,6 @@ K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
 K_SYSCALL_ENTER, K_SYSCALL_EXIT = int(Kind.SYSCALL_ENTER), int(Kind.SYSCALL_EXIT)
 K_PREEMPTED = int(Kind.PREEMPTED)
 
-# The runtime's _P* constants without the prefix (BinaryInfo.p_status, Header.p_status).
-# Recordings made before this spelling carry "_Pidle"...: the decoder strips the prefix.
-P_SAMPLE_STATUS_NAMES = ("idle", "running", "syscall", "gcstop", "dead")
 G_STATUS_SYSCALL = 3
 MAX_PROCS = 1 << 14  # P ids at or above this are treated as corrupt input
 
@@ -105,6 +103,7 @@ class G:
         "ready_ts",
         "reason",
         "since",
+        "site",
         "state",
         "wait_ns",
         "wake",
@@ -123,6 +122,7 @@ class G:
         self.wake = 0  # why it became runnable (wait reason or WAKE_*)
         self.park_ts = -1
         self.epoch = epoch
+        self.site = 0  # go site stack id (start function, creator, file:line), 0 unknown
 
 
 class P:
@@ -190,6 +190,7 @@ class Sched(Part):
         self._park_wait = parks.wait.events
         self.procs: dict[int, P] = {}
         self.gs: dict[int, G] = {}
+        self.sites: dict[int, int] = {}  # goid -> go site (CENSUS_G), bounded as gs is
         self.dead: deque[G] = deque(maxlen=recent_dead)
         self.evicted_live = 0
         self.epoch = 0
@@ -218,6 +219,7 @@ class Sched(Part):
             (Kind.WAKE, self.on_ready),  # the same, without ready(): netpoll, GC workers
             (Kind.GO_CREATE, self.on_go_create),
             (Kind.GO_EXIT, self.on_go_exit),
+            (Kind.CENSUS_G, self.on_census_g),
             (Kind.SYSCALL_ENTER, self.on_syscall_enter),
             (Kind.SYSCALL_EXIT, self.on_syscall_exit),
             (Kind.HANDOFF, self.on_handoff),
@@ -252,6 +254,8 @@ class Sched(Part):
                 del gs[next(iter(gs))]
                 self.evicted_live += 1
             gg = gs[goid] = G(goid, ts, self.epoch)
+            if self.sites:
+                gg.site = self.sites.get(goid, 0)
         elif gg.epoch != self.epoch:
             gg.state = G_UNKNOWN
             gg.ready_ts = -1
@@ -430,15 +434,28 @@ class Sched(Part):
         gg.wake = a1
 
     def on_go_create(self, e: EventTuple) -> None:
-        ts, _, _p, _m, g, a0, _a1 = e
+        ts, _, _p, _m, g, a0, a1 = e
         gg = self.g(g, ts)
         self.g_to(gg, K_GO_CREATE, G_RUNNABLE, ts)
         gg.parent = a0
+        if a1:
+            gg.site = a1
         gg.ready_ts = ts
         gg.wake = WAKE_CREATED
 
+    def on_census_g(self, e: EventTuple) -> None:  # the census: g's go site, or g gone (0)
+        g, sid, gg = e[4], e[5], self.gs.get(e[4])
+        if not sid:
+            self.sites.pop(g, None)
+        elif len(self.sites) < self.max_goroutines or g in self.sites:
+            self.sites[g] = sid
+        if gg is not None and sid:
+            gg.site = sid
+
     def on_go_exit(self, e: EventTuple) -> None:
         ts, _, p, _m, g, _a0, _a1 = e
+        if self.sites:
+            self.sites.pop(g, None)
         gg = self.gs.get(g)
         if gg is None:
             if self.evicted_live:
@@ -581,13 +598,3 @@ class Sched(Part):
             "violations": dict(zip(VIOLATION_NAMES, v, strict=True)),
             "unseen_wakes": self.unseen_wakes,
         }
-
-
-def p_status_decoder(names: tuple[str, ...]) -> dict[int, int]:
-    to_state = {"idle": P_IDLE, "running": P_RUNNING, "syscall": P_SYSCALL, "gcstop": P_GCSTOP,
-                "dead": -1}
-    table = names if names else P_SAMPLE_STATUS_NAMES
-    return {
-        i: to_state.get(n[2:] if n.startswith("_P") else n, P_UNKNOWN)
-        for i, n in enumerate(table)
-    }

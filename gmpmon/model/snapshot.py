@@ -68,6 +68,8 @@ class GoroutineView:
     parent: int  # creator goid (0 unknown)
     executes: int
     wait_ns: int  # total time parked, seen
+    start: str = ""  # start function (g.startpc), "" unknown
+    created_at: str = ""  # go statement: creating function and file:line, "" unknown
 
 
 @dataclass(frozen=True, slots=True)

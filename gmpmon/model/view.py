@@ -142,6 +142,11 @@ def goroutines(model: Modelled) -> tuple[GoroutineView, ...]:
 
 def gview(model: Modelled, gg: G) -> GoroutineView:
     st = gg.state if gg.epoch == model.sched.epoch or gg.state == G_DEAD else G_UNKNOWN
+    site = model.ctx.stacks.get(gg.site, ()) if gg.site else ()
+    start, created_at = "", ""
+    if len(site) == 3:  # (start function, creating function, file:line): capture/gosites.py
+        start = site[0]
+        created_at = f"{site[1]} {site[2]}" if site[2] else site[1]
     return GoroutineView(
         goid=gg.goid,
         state=_GSTATES[st],
@@ -151,6 +156,8 @@ def gview(model: Modelled, gg: G) -> GoroutineView:
         parent=gg.parent,
         executes=gg.executes,
         wait_ns=gg.wait_ns,
+        start=start,
+        created_at=created_at,
     )
 
 

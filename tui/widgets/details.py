@@ -53,8 +53,9 @@ def goroutine_text(g: GoroutineView, snap: Snapshot, history: History = ()) -> T
     rows.append(("created by", " < ".join(chain) if chain else "- (before attaching)"))
     children = sum(1 for x in snap.goroutines if x.parent == g.goid)
     rows.append(("children seen", str(children)))
-    rows.append(("start function", "– not recorded per goroutine (census: top sites in the "
-                                   "Goroutines view)"))
+    rows.append(("start function", g.start or "– not known: created before attaching and "
+                                              "not yet walked by the census"))
+    rows.append(("created at", g.created_at or "–"))
     rows.append(("stack", "– not captured (gmpmon takes stacks at contended lock waits: "
                           "Contention view)"))
     for k, v in rows:
@@ -149,12 +150,13 @@ class FilterScreen(ModalScreen[str | None]):
 
 
 def goroutine_matches(g: GoroutineView, text: str) -> bool:
-    """`/` filter: the text in the goroutine's id, state, wait reason or parent."""
+    """`/` filter: the text in the goroutine's id, state, wait reason, parent, start
+    function or creation site."""
     if not text:
         return True
     needle = text.lower()
     hay = (f"g{g.goid} {g.goid} {GSTATE_WORD.get(g.state, '?')} {g.wait_reason} "
-           f"parent {g.parent} p{g.p}").lower()
+           f"parent {g.parent} p{g.p} {g.start} {g.created_at}").lower()
     return needle in hay
 
 

@@ -32,7 +32,10 @@ COLUMNS: tuple[tuple[str, SortKey, bool], ...] = (
     ("in state", lambda g, now: (now - g.since if g.since and g.state else -1, g.goid), True),
     ("runs", lambda g, now: (g.executes, g.goid), True),
     ("parent", lambda g, now: (g.parent, g.goid), False),
+    ("start", lambda g, now: (g.start, g.goid), False),
 )
+START = len(COLUMNS) - 1  # the last column takes the terminal's extra width
+START_MIN = 16
 # Rebuilding a few hundred rows costs ~10 ms: the table follows the snapshot at most this often
 # (snapshot time, so a replay behaves the same), and at once when the sort order changes.
 TABLE_EVERY_NS = 1_000_000_000
@@ -63,6 +66,10 @@ class GoroutinesView(Vertical):
         table = self.query_one(DataTable)
         for label, _, _ in COLUMNS:
             table.add_column(label, key=label)
+
+    def on_resize(self) -> None:
+        self.invalidate()  # the start column's width follows the terminal's
+        self.snapshot = self.snapshot
 
     def invalidate(self) -> None:
         """Rebuild the table on the next snapshot, however close in time (a replay step)."""
@@ -134,24 +141,49 @@ class GoroutinesView(Vertical):
         gs = pick(TABLE_ROWS, pool, key=lambda g: key(g, now))
         self._shown = (f"{len(gs)} of {len(snap.goroutines)}" if len(gs) < len(pool) or
                        self.filter_text else f"{len(gs)}")
-        table.clear()
+        rows = []
         for g in gs:
             state = GSTATE_WORD.get(g.state, "?")
             dead = g.state is GState.DEAD
             dim = "#6e7681" if dead else ""
-            table.add_row(
+            rows.append([
                 Text(str(g.goid), style=dim),
                 Text(state, style=STATE_COLOUR.get(state, "")),
                 Text(str(g.p) if g.p >= 0 else "-", style=dim),
-                "" if dead else g.wait_reason or "",  # a dead goroutine waits for nothing
+                Text("" if dead else g.wait_reason or ""),  # a dead goroutine waits for nothing
                 Text(fmt_ns(g.wait_ns) if g.wait_ns else "", style=dim),
                 Text(in_state(g, snap), style=dim),
                 Text(fmt_count(g.executes), style=dim),
                 Text(str(g.parent) if g.parent else "", style=dim),
-                key=str(g.goid),
-            )
+                Text(g.start or "–", style=dim or ("" if g.start else "#6e7681")),
+            ])
+        room = self._start_room(table, rows)
+        table.clear(columns=True)
+        for i, (label, _, _) in enumerate(COLUMNS):
+            table.add_column(label, key=label, width=room if i == START else None)
+        for g, row in zip(gs, rows, strict=True):
+            if row[START].cell_len > room:  # narrow: keep the end (`(*T).method`); Enter
+                cut = row[START].plain[-(room - 1):]  # shows it whole
+                row[START] = Text("…" + cut, style=row[START].style)
+            elif g.created_at and room - row[START].cell_len >= len(g.created_at) + 4:
+                # Wide terminals: the creation site too, where it fits whole (item 10).
+                row[START].append(f"  < {g.created_at}", style="#6e7681")
+            table.add_row(*row, key=str(g.goid))
         if keep is not None and keep in table.rows:
             table.move_cursor(row=table.get_row_index(keep), animate=False)
+
+    def _start_room(self, table: DataTable[str | Text], rows: list[list[Text]]) -> int:
+        """Width of the start column: what the other columns leave of the table's width
+        (names longer than that lose their front), at least START_MIN (the table scrolls
+        sideways below that)."""
+        pad = 2 * table.cell_padding
+        widths = [len(label) for label, _, _ in COLUMNS]
+        for row in rows:
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], cell.cell_len)
+        width = table.size.width or self.app.size.width
+        room = width - sum(w + pad for w in widths[:START]) - pad - 2  # 2: the scrollbar
+        return max(room, min(widths[START], START_MIN))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         snap = self.snapshot
