@@ -530,3 +530,32 @@ def _full_mode_handoff_rate(tmp_path: Path) -> float:
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.loads(out.read_text())
     return float(doc["syscalls"]["handoffs"]) / 3.0
+
+
+def test_serve_per_p_raises_cpu_saturation_from_p_samples(rt: Workload, tmp_path: Path) -> None:
+    """--per-p feeds the 10-Hz P samples to the findings: six CPU-bound workers on
+    GOMAXPROCS=2 saturate every P (cpu-saturation); the idle rtcounters beside it raises no
+    warning."""
+    sat = subprocess.Popen([str(_copy("saturate", tmp_path)), "-t", "120s", "-w", "6"],
+                           stdout=subprocess.PIPE, text=True, env=dict(os.environ, GOMAXPROCS="2"))
+    s = None
+    try:
+        assert sat.stdout is not None and sat.stdout.readline().strip() == "ready"
+        s = Serve(str(sat.pid), str(rt.pid), "--per-p", "--interval", "0.5")
+
+        def raised(pid: int) -> dict[str, str]:
+            f = s.metrics().get("gmpmon_findings")
+            return {x.labels["id"]: x.labels["severity"] for x in f.samples
+                    if x.labels["pid"] == str(pid)} if f else {}
+
+        got = _wait(lambda: raised(sat.pid).get("cpu-saturation") and raised(sat.pid), 30,
+                    "cpu-saturation")
+        print(f"serve --per-p: findings of saturate {got}")
+        assert got["cpu-saturation"] in ("warning", "critical")
+        healthy = {i: v for i, v in raised(rt.pid).items() if v != "info"}
+        assert not healthy, healthy
+    finally:
+        if s is not None:
+            s.stop()
+        sat.kill()
+        sat.wait()
