@@ -96,7 +96,7 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         )
     )
     lost = f", {snap.events_lost} LOST" if snap.events_lost else ""
-    add(f"events {snap.events_total}{lost}, illegal transitions {snap.illegal_transitions}")
+    add(f"events {snap.events_total}{lost}; every number below counts the whole capture")
     if snap.events_lost:
         full = snap.ring.get("counters_full", 0)
         if full:
@@ -199,7 +199,24 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         lines += kernel_text(snap.kernel, top=top)
     add("")
     lines.extend(findings_text(snap, width=WIDTH))
+    lines.extend(model_check_lines(snap))
     return "\n".join(line.rstrip()[:WIDTH] for line in lines) + "\n"
+
+
+def model_check_lines(snap: Snapshot) -> list[str]:
+    """The model's own check, only when it found something, and what it means: events that
+    the legal-transition tables rejected (illegal_transitions in --summary-json)."""
+    n = snap.illegal_transitions
+    if not n:
+        return []
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(snap.violations.items()) if v)
+    return [
+        "",
+        f"Model check: {n} event{'s' if n > 1 else ''} did not fit the G/P state machine"
+        f" ({kinds}).",
+        "  Some events were missed or came out of order (lost records, a probe window's",
+        "  edge): the times and counts around them may be slightly off.",
+    ]
 
 
 _LETTER = {
@@ -213,12 +230,14 @@ _LETTER = {
 
 
 def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
-    """One schedtrace-like line for the interval since ``prev``.
+    """One schedtrace-like line for the interval since ``prev`` (since the start if None).
 
-    ``12.0s P0:R3 P1:S0 grq=4 steals=12 parks=340 lat99=45us lost=0`` — per P its state
-    letter (R running, S searching, I idle, Y syscall, G GC stop, ? unknown) and local runq.
+    ``12.0s P0:R3 P1:S0 grq=4 | last 1.0s: steal=12 park=340 p99=<45µs lost=0`` — now: per
+    P its state letter (R running, S searching, I idle, Y syscall, G GC stop, ? unknown) and
+    local runq, the global runq; after ``last Ns:`` what happened in those N seconds only.
     """
     t = (snap.now - snap.start) / 1e9
+    span = (snap.now - (prev.now if prev else snap.start)) / 1e9
     steals = snap.steals.count - (prev.steals.count if prev else 0)
     parks = sum(r.count for r in snap.park_reasons) - (
         sum(r.count for r in prev.park_reasons) if prev else 0
@@ -226,7 +245,9 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
     lost = snap.events_lost - (prev.events_lost if prev else 0)
     lat99 = _interval_p99(snap.sched_latency, prev.sched_latency if prev else None)
     head = f"{t:7.1f}s "
-    tail = f" grq={snap.global_runq} steal={steals} park={parks} p99={lat99} lost={lost}"
+    tail = (f" grq={snap.global_runq} | last {span:.1f}s: steal={_n(steals, snap)}"
+            f" park={_n(parks, snap)}"
+            f" p99={lat99} lost={lost}")
     room = WIDTH - len(head) - len(tail)
     cells = [f"{_LETTER[PState(p.state)]}{p.runq}" for p in snap.procs]
     ps = " ".join(f"P{p.id}:{c}" for p, c in zip(snap.procs, cells, strict=True))
@@ -237,6 +258,14 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
     if len(ps) > room:
         ps = ps[: max(room - 4, 0)] + "...]"
     return head + ps + tail
+
+
+def interval_legend(interval_s: float, mode: str = "") -> str:
+    """Said once above the interval lines: which numbers are now, which are recent."""
+    counted = {"default": "\n(default mode: steal and park count inside the hot-probe windows)",
+               "sample": "\n(sample mode: steal and park are not measured: -)"}.get(mode, "")
+    return (f"Each line: P states, run queues, grq now; steal park p99 lost: the last"
+            f" {interval_s:g}s only.\nThe report at the end counts the whole capture." + counted)
 
 
 def _interval_p99(cur: LatencyStats, prev: LatencyStats | None) -> str:

@@ -56,7 +56,8 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--folded", metavar="FILE", help="write mutex-contention folded stacks")
     p.add_argument(
         "--interval", type=float, default=1.0, metavar="S",
-        help="headless: one line every S seconds (default: %(default)s)",
+        help="headless: one line every S seconds, counting those S seconds only (the report "
+        "at the end counts the whole capture; default: %(default)s)",
     )
     p.add_argument(
         "--census-interval", type=float, default=1.0, metavar="S",
@@ -241,7 +242,7 @@ def tui(
 
 
 def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) -> None:
-    from gmpmon.report import interval_line
+    from gmpmon.report import interval_legend, interval_line
 
     h = session.header
     info = session.info
@@ -253,6 +254,7 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
         + ")... Ctrl-C to end.",
         flush=True,
     )
+    print(interval_legend(args.interval, h.mode), flush=True)
     state = session.state()
     for note in state.notes:
         if FAILED_PREFIX not in note:  # a layout failure was said once, at the gate
@@ -272,9 +274,10 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
         stop.wait(max(0.0, min(wake - now, 0.1)))
         if time.monotonic() >= next_line:
             snap = session.latest()
-            if snap is not None and not say(interval_line(snap, prev), sys.stdout):
-                stop.end("stdout closed")
-                prev = snap
+            if snap is not None:
+                if not say(interval_line(snap, prev), sys.stdout):
+                    stop.end("stdout closed")
+                prev = snap  # the next line counts from here: the last interval only
             next_line += args.interval
     if session.target_exited:
         why = session.state().exit_reason or "exited"
@@ -542,13 +545,14 @@ def tui_many(sessions: list[LiveSession], args: argparse.Namespace, stop: StopEv
 
 def headless_many(sessions: list[LiveSession], args: argparse.Namespace,
                   stop: StopEvent) -> None:
-    from gmpmon.report import interval_line
+    from gmpmon.report import interval_legend, interval_line
 
     for s in sessions:
         h = s.header
         print(f"[{h.pid}] Tracing Go scheduler of PID {h.pid} ({os.path.basename(h.exe)}, "
               f"{h.go_version}, GOMAXPROCS={h.gomaxprocs}, mode {h.mode})", flush=True)
     print(f"Tracing {len(sessions)} Go programs... Ctrl-C to end.", flush=True)
+    print(interval_legend(args.interval, sessions[0].header.mode), flush=True)
     start = time.monotonic()
     deadline = start + args.duration if args.duration else None
     next_line = start + args.interval

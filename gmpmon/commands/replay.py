@@ -92,8 +92,9 @@ def _replay(rec: Recording, interval: float | None, out: Callable[[str], object]
 
     if not interval:
         return replay_all(rec)
-    from gmpmon.report import interval_line
+    from gmpmon.report import interval_legend, interval_line
 
+    out(interval_legend(interval, rec.header.mode) + "\n")
     model = Model(rec.header)
     step = int(interval * 1e9)
     next_at = -1
@@ -104,10 +105,11 @@ def _replay(rec: Recording, interval: float | None, out: Callable[[str], object]
             continue
         if next_at < 0:
             next_at = batch.events[0][0] + step
-        while batch.events[-1][0] >= next_at:
-            snap = model.snapshot()
+        if batch.events[-1][0] >= next_at:  # one line per batch: a line's "last Ns" is
+            snap = model.snapshot()  # the time since the previous one, gaps included
             out(interval_line(snap, prev) + "\n")
             prev = snap
-            next_at += step
+            while next_at <= batch.events[-1][0]:
+                next_at += step
     model.flush()
     return model.snapshot()

@@ -10,7 +10,7 @@ from gmpmon.events import Batch, Counter, EventTuple, Kind
 from gmpmon.export.json import summary
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
-from gmpmon.report import fmt_ns, interval_line, text_report
+from gmpmon.report import fmt_ns, interval_legend, interval_line, text_report
 from tests.unit.test_model_scenarios import CHANRECV, SLEEP, ev, header, run
 
 SCHEMA_KEYS = {
@@ -179,12 +179,34 @@ def test_interval_line_fits_and_counts_the_interval() -> None:
     b = interval_line(second, first)
     for line in (a, b):
         assert len(line) <= 80
-        assert re.search(r"grq=\d+ steal=\d+ park=\d+ p99=\S+ lost=0$", line), line
+        assert re.search(r"grq=\d+ \| last [\d.]+s: steal=\d+ park=\d+ p99=\S+ lost=0$", line), line
     parks_a = int(re.search(r"park=(\d+)", a).group(1))  # type: ignore[union-attr]
     parks_b = int(re.search(r"park=(\d+)", b).group(1))  # type: ignore[union-attr]
     assert parks_a + parks_b == 400
+    # "last Ns" is the span since the previous line's snapshot (since the start for the first)
+    assert f"last {(first.now - first.start) / 1e9:.1f}s:" in a
+    assert f"last {(second.now - first.now) / 1e9:.1f}s:" in b
     wide = interval_line(snapshot_of(busy_run(64), 64), None)
     assert len(wide) <= 80
+    legend = interval_legend(1.0, "default").splitlines()
+    assert "the last 1s only" in legend[0] and "counts the whole capture" in legend[1]
+    assert "inside the hot-probe windows" in legend[2] and max(map(len, legend)) <= 80
+    assert re.search(r" steal=- park=- ", interval_line(run([], mode="sample"), None))
+
+
+def test_illegal_transitions_only_with_what_they_mean() -> None:
+    clean = text_report(run([ev(0, Kind.EXECUTE, p=0, g=7), ev(5, Kind.PARK, p=0, g=7, a0=SLEEP)]))
+    assert "illegal" not in clean and "Model check" not in clean
+    assert clean.splitlines()[1].startswith("events 2; every number below counts the whole")
+    # G7 parks twice without running in between: the second PARK breaks LEGAL_G
+    bad = run([ev(0, Kind.EXECUTE, p=0, g=7), ev(5, Kind.PARK, p=0, g=7, a0=SLEEP),
+               ev(6, Kind.PARK, p=0, g=7, a0=SLEEP)])
+    assert bad.illegal_transitions == 1
+    text = text_report(bad)
+    assert "illegal" not in text.splitlines()[1]
+    tail = text[text.index("Model check"):]
+    assert tail.startswith("Model check: 1 event did not fit the G/P state machine (g 1).")
+    assert "missed or came out of order" in tail
 
 
 def test_fmt_ns() -> None:
