@@ -68,6 +68,7 @@ async def shoot(session: LiveSession, keys: list[str], size: tuple[int, int], ou
         for key in keys:
             await pilot.press(key)
             await pilot.pause(0.5)
+        await pilot.pause(1.0)  # the footer's keys are drawn after the first refreshes
         app.save_screenshot(out)
         await pilot.press("q")
 
