@@ -469,11 +469,14 @@ class Capture:
         """GO_CREATE records carry the new G's packed (startpc, gopc): make it a go site id."""
         if _GO_CREATE not in kinds:
             return
-        packed = self.go_sites.packed
+        packed, known = self.go_sites.packed, self.go_sites.by_word.get
         for i in compress(range(len(kinds)), map(_GO_CREATE.__eq__, kinds)):
             e = events[i]
-            if e[6]:
-                events[i] = (e[0], e[1], e[2], e[3], e[4], e[5], packed(e[6]))
+            word = e[6]
+            if word:
+                sid = known(word)
+                events[i] = (e[0], e[1], e[2], e[3], e[4], e[5],
+                             packed(word) if sid is None else sid)
 
     def _fix_mutex_stacks(self, events: list[EventTuple], kinds: list[int]
                           ) -> dict[int, tuple[str, ...]]:

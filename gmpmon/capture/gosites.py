@@ -39,7 +39,7 @@ class GoSites:
         self._lock = threading.Lock()
         self._ids: dict[tuple[int, int], int] = {}
         self._new: Stacks = {}
-        self._by_word: dict[int, int] = {}
+        self.by_word: dict[int, int] = {}
         self._names: dict[tuple[int, int], tuple[str, str, str]] = {}
         self._lines: LineTable | None = None
         self._lines_tried = False
@@ -50,7 +50,7 @@ class GoSites:
     def rebind(self, info: BinaryInfo) -> None:
         """`run` of a PIE: the load bias is known only after exec (before any record)."""
         self.info = info
-        self._by_word.clear()
+        self.by_word.clear()
         ft = info.functab
         self.text_lo = (ft.starts[0] if ft.starts else 0) + info.load_bias
 
@@ -83,15 +83,15 @@ class GoSites:
         """The stack id of GO_CREATE's a1 (low32(startpc) | low32(gopc) << 32); 0 stays 0."""
         if not word:
             return 0
-        sid = self._by_word.get(word)  # capture's thread only: no lock on the way
+        sid = self.by_word.get(word)  # capture's thread only: no lock on the way in
         if sid is not None:
             return sid
         lo = self.text_lo
         start = lo + (((word & 0xFFFFFFFF) - lo) & 0xFFFFFFFF)
         gopc = lo + (((word >> 32) - lo) & 0xFFFFFFFF)
         sid = self.sid(gopc, start)
-        if len(self._by_word) < MAX_SITES:
-            self._by_word[word] = sid
+        if len(self.by_word) < MAX_SITES:
+            self.by_word[word] = sid
         return sid
 
     def take(self) -> Stacks:
