@@ -269,14 +269,19 @@ class Counter(IntEnum):
 
 # Counter.RING keys. The kernel counts what the probes tried to write and what the full ring
 # and the full counters hash refused; user space counts what it read and what it dropped
-# unread at the end (CUT_AT_END). Once drained: WRITTEN == READ + CUT + REFUSED.
+# unread at the end (CUT_AT_END). Once drained: WRITTEN + MARKS == READ + CUT + REFUSED.
+# LOST records: a1 = LOST_IN_BAND when the probes wrote it into the ring where the gap is
+# (a0 = records that CPU lost just before), 0 when capture polled the kernel's count.
+LOST_IN_BAND = 1
 RING_WRITTEN = 0
 RING_READ = 1
 RING_CUT = 2
 RING_REFUSED = 3
 RING_COUNTERS_FULL = 4
+RING_MARKS = 5  # in-band LOST records the probes wrote (not counted in RING_WRITTEN)
 RING_KEYS = {RING_WRITTEN: "written", RING_READ: "read", RING_CUT: "cut_at_end",
-             RING_REFUSED: "refused", RING_COUNTERS_FULL: "counters_full"}
+             RING_REFUSED: "refused", RING_COUNTERS_FULL: "counters_full",
+             RING_MARKS: "lost_marks"}
 
 # CPU_SAMPLE outcomes (a0 & 0xff; probes/samples.bpf.c):
 SAMPLE_GO = 0  # user mode, R14 = m.curg: goroutine ``g`` ran on P ``p``

@@ -47,6 +47,15 @@ BPF_PERCPU_ARRAY(ctr_full, u64, 1);
 /* emits: records the probes tried to write. The ledger user space checks (Counter.RING):
  * emits = records read + records cut unread at the end + lost. */
 BPF_PERCPU_ARRAY(emits, u64, 1);
+/* Losses this CPU has not yet marked in the ring: the next record that fits is preceded by
+ * a LOST record (a0 = how many, ts = when the first was refused), so the mark sits in the
+ * stream where the gap is. `marks` counts the LOST records written. */
+struct gm_lost {
+    u64 n;
+    u64 first_ts;
+};
+BPF_PERCPU_ARRAY(lost_pending, struct gm_lost, 1);
+BPF_PERCPU_ARRAY(marks, u64, 1);
 /* Probe hit counts per handler id (gmpmon/probetable.py: Probe.hid): overhead
  * accounting for the benchmark (hits x emulated-hit cost = the floor). */
 BPF_PERCPU_ARRAY(hits, u64, 32);
@@ -181,12 +190,36 @@ static __always_inline void gm_emit_at(u64 ts, u32 kind, s32 p, u32 m, u64 g, u6
     u64 *n = emits.lookup(&zero_e);
     if (n)
         *n += 1;   /* per-CPU slot: no atomic needed */
+    struct gm_lost *lp = lost_pending.lookup(&zero_e);
+    if (lp && lp->n) {
+        struct gm_event *mk = events.ringbuf_reserve(sizeof(struct gm_event));
+        if (mk) {
+            mk->ts = lp->first_ts;
+            mk->kind = GM_LOST;
+            mk->p = NO_P;
+            mk->m = 0;
+            mk->pad = 0;
+            mk->g = 0;
+            mk->a0 = lp->n;
+            mk->a1 = LOST_IN_BAND;
+            events.ringbuf_submit(mk, BPF_RB_NO_WAKEUP);
+            lp->n = 0;
+            u64 *k = marks.lookup(&zero_e);
+            if (k)
+                *k += 1;
+        }
+    }
     struct gm_event *e = events.ringbuf_reserve(sizeof(struct gm_event));
     if (!e) {
         int zero = 0;
         u64 *l = lost.lookup(&zero);
         if (l)
             *l += 1;
+        if (lp) {
+            if (!lp->n)
+                lp->first_ts = bpf_ktime_get_ns();
+            lp->n += 1;
+        }
         return;
     }
     e->ts = ts ? ts : bpf_ktime_get_ns();

@@ -38,6 +38,10 @@ struct gm_event {
 #define GM_P_IDLE        17
 /* and, from the "other" range (90-99): */
 #define GM_WAKE          90
+/* and the in-band LOST mark gm_emit_at writes after a loss: a0 = records this CPU lost
+ * just before it, a1 = LOST_IN_BAND (gmpmon.events.LOST_IN_BAND) */
+#define GM_LOST          35
+#define LOST_IN_BAND     1
 
 /* gmpmon.events.Counter — the in-kernel aggregate tables. */
 #define GM_C_SCHED_LAT      1

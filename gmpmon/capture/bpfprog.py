@@ -328,16 +328,19 @@ class BpfProgram:
         return out
 
     def lost_delta(self) -> int:
-        """Records and counter updates lost in the kernel since the last call (LOST)."""
-        total = self._total(b"lost") + self._total(b"ctr_full")
+        """Counter updates the full counters hash refused since the last call (a polled
+        LOST). Records the full ring refused are marked in the ring itself (in-band LOST)."""
+        total = self._total(b"ctr_full")
         d = total - self._prev_lost
         self._prev_lost = total
         return d
 
-    def ring_totals(self) -> tuple[int, int, int]:
+    def ring_totals(self) -> tuple[int, int, int, int]:
         """The kernel's side of the ring ledger (Counter.RING): records the probes tried to
-        write, reserves the full ring refused, counter updates the full hash refused."""
-        return self._total(b"emits"), self._total(b"lost"), self._total(b"ctr_full")
+        write, reserves the full ring refused, counter updates the full hash refused, and
+        in-band LOST marks written."""
+        return (self._total(b"emits"), self._total(b"lost"), self._total(b"ctr_full"),
+                self._total(b"marks"))
 
     def _total(self, name: bytes) -> int:
         return int(sum(self.bpf[name][ct.c_int(0)]))

@@ -36,9 +36,11 @@ from gmpmon.capture.targetmem import running
 from gmpmon.capture.triggers import Flight, TriggerSpec
 from gmpmon.errors import CaptureError
 from gmpmon.events import (
+    LOST_IN_BAND,
     MISSED_STACK,
     RING_COUNTERS_FULL,
     RING_CUT,
+    RING_MARKS,
     RING_READ,
     RING_REFUSED,
     RING_WRITTEN,
@@ -61,6 +63,7 @@ U64 = (1 << 64) - 1
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
 _MUTEX = int(Kind.MUTEX)
 _GO_CREATE = int(Kind.GO_CREATE)
+_LOST = int(Kind.LOST)
 
 
 @dataclass
@@ -128,6 +131,7 @@ class Capture:
         self._cost_sent: CostStatus | None = None
         self._ring_prev: dict[int, int] = {}  # Counter.RING totals already sent
         self._ring_cut = 0  # records left unread in the ring at the end (CUT_AT_END)
+        self._inband_lost = 0  # ring losses reported by in-band LOST marks (and the rest)
         self.flight = Flight(list(triggers), burst_ms) if triggers else None
         self._error: BaseException | None = None
         self.cgroup = CgroupCpuReader(pid)  # CGROUP_CPU events, every mode (findings)
@@ -373,6 +377,14 @@ class Capture:
         self._read_counters(now)
         self._poll_runtime(now, final=True)
         self._release(None)
+        # Ring losses that no in-band mark reported (no record fitted after them on that
+        # CPU, or their mark was cut unread): one LOST now, so that the total is whole.
+        rest = self.prog.ring_totals()[1] - self._inband_lost
+        if rest > 0:
+            self._inband_lost += rest
+            self.stats.lost += rest
+            self._pending.append((now, Kind.LOST, -1, 0, 0, rest, 0))
+            self._release(None)
 
     def _hot_attach(self) -> None:
         assert self.prog is not None
@@ -427,12 +439,12 @@ class Capture:
 
     def _ring_ledger(self, now: int) -> None:
         """Counter.RING deltas: what the probes wrote and lost (kernel), what was read and
-        cut unread (here). Once drained, written == read + cut + refused."""
+        cut unread (here). Once drained, written + marks == read + cut + refused."""
         assert self.prog is not None
-        written, refused, full = self.prog.ring_totals()
+        written, refused, full, marks = self.prog.ring_totals()
         read = self.ring.records if self.ring is not None else 0
         totals = {RING_WRITTEN: written, RING_READ: read, RING_CUT: self._ring_cut,
-                  RING_REFUSED: refused, RING_COUNTERS_FULL: full}
+                  RING_REFUSED: refused, RING_COUNTERS_FULL: full, RING_MARKS: marks}
         for key, total in totals.items():
             d = total - self._ring_prev.get(key, 0)
             if d:
@@ -457,6 +469,11 @@ class Capture:
         out = pend[:cut]
         del pend[:cut]
         kinds = list(map(_KIND, out))  # C-level scan for the rare kinds fixed up below
+        if _LOST in kinds:
+            for i in compress(range(len(kinds)), map(_LOST.__eq__, kinds)):
+                if out[i][6] == LOST_IN_BAND:
+                    self._inband_lost += out[i][5]
+                    self.stats.lost += out[i][5]
         stacks = self._fix_mutex_stacks(out, kinds)
         self._fix_go_sites(out, kinds)
         stacks.update(self.go_sites.take())  # names from here and from the census thread

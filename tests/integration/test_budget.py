@@ -122,9 +122,10 @@ def test_duty_cycle_measured_by_the_probes_own_hits(tmp_path: Path) -> None:
     the hot probes' own records (kernel timestamps, on a ping-pong that hits them every few
     microseconds) say when they were really attached, independently of the WINDOW marks.
     - No window's hot records span more than its plan + the overstay the controller
-      reported + 25 ms (the kernel patches the sites one by one when the link is created and
-      unpatches them at close: ~16 ms at most measured under load). Before the plan counted
-      from when the link began, spans were 28-43 ms over the plan.
+      reported + 100 ms. The kernel patches the sites one by one when the link is created
+      and unpatches them inside the close: spans were at most +16 ms at load 6-10, and up to
+      +78 ms at load 20-30 (the close waits for the target's mm). Before the plan counted
+      from when the link began, they were +28-43 ms at load ~10.
     - No window overstays its plan by more than 50 ms.
     - The share of the windows' periods the hot records cover is at most window/period + 7%.
     - The windows come every period (median gap within 10 ms, at most 1 in 4 skipped).
@@ -148,7 +149,10 @@ def test_duty_cycle_measured_by_the_probes_own_hits(tmp_path: Path) -> None:
         assert gm.p.wait(timeout=TIMEOUT) == 0, gm.err
     finally:
         target.kill()
-    ws = [w for w in windows(rec) if w[2] >= window * 1e9]  # the full windows (not the probe)
+    # The full windows (not the first, 5 ms probe window), but the last: at the end a full
+    # ring is counted and not decoded (CUT_AT_END), so its records may be missing.
+    full = [w for w in windows(rec) if w[2] >= window * 1e9]
+    ws = full[:-1]
     hot_ts = sorted(e[0] for b in read_recording(str(rec)) for e in b.events
                     if e[1] in hot_kinds and e[0] > 0)
     spans = []
@@ -156,7 +160,7 @@ def test_duty_cycle_measured_by_the_probes_own_hits(tmp_path: Path) -> None:
         assert over <= 50_000_000, (opened, closed, planned, over)
         lo = bisect.bisect_left(hot_ts, opened)
         # Every hot record up to the next window (or the end): none may come late.
-        hi = bisect.bisect_left(hot_ts, ws[i + 1][0]) if i + 1 < len(ws) else len(hot_ts)
+        hi = bisect.bisect_left(hot_ts, full[i + 1][0])
         assert hi > lo, "a window without hot records"
         spans.append((hot_ts[hi - 1] - hot_ts[lo], planned, over))
     print("window spans by hot records vs plan, overstay (ms):",
@@ -168,7 +172,7 @@ def test_duty_cycle_measured_by_the_probes_own_hits(tmp_path: Path) -> None:
     assert abs(sorted(gaps)[len(gaps) // 2] - period * 1e9) <= 10_000_000, gaps
     assert len(ws) >= 0.75 * ((ws[-1][0] - ws[0][0]) / (period * 1e9) + 1), gaps
     for span, planned, over in spans:
-        assert span <= planned + over + 25_000_000, (span, planned, over)
+        assert span <= planned + over + 100_000_000, (span, planned, over)
     share = sum(sp for sp, _, _ in spans) / (ws[-1][0] - ws[0][0] + period * 1e9)
     want = window / period
     print(f"share of the windows' periods covered by hot records: {share:.3f} (plan {want:.3f})")

@@ -116,9 +116,17 @@ def test_starved_reader_drops_in_kernel_reports_lost_and_target_runs_on(tmp_path
     # kernel refused (ring records and counter updates).
     ring = s["events"]["ring"]
     print(f"ring ledger: {ring}")
-    assert ring["written"] == ring.get("read", 0) + ring.get("cut_at_end", 0) + ring.get(
+    print(f"illegal transitions {s['illegal_transitions']}, violations {s.get('violations')}, "
+          f"latency max {s['sched_latency_ns']['max']}, events late {s['events']['late']}")
+    marks = ring.get("lost_marks", 0)
+    assert ring["written"] + marks == ring.get("read", 0) + ring.get("cut_at_end", 0) + ring.get(
         "refused", 0
     ), ring
+    # The losses are marked in the stream where they happened (in-band LOST records, one
+    # per CPU and gap), and the model picks up after each: its state machine reset there,
+    # few transitions are illegal (605 in 818k losses when LOST came at the next poll).
+    assert marks > 0, ring
+    assert s["illegal_transitions"] <= 200, s["illegal_transitions"]
     assert lost == ring.get("refused", 0) + ring.get("counters_full", 0), (lost, ring)
     assert ring.get("refused", 0) > 0.1 * ring["written"], ring  # 3 s unread of a hot ping-pong
     assert f"{lost} LOST" in out, out[-2000:]
@@ -152,7 +160,9 @@ def test_a_full_counters_hash_is_counted_never_silent(
     print(f"ring ledger: {ring}, lost {s['events']['lost']}")
     assert ring.get("counters_full", 0) > 0, ring
     assert s["events"]["lost"] == ring.get("refused", 0) + ring["counters_full"]
-    assert ring["written"] == ring["read"] + ring.get("cut_at_end", 0) + ring.get("refused", 0)
+    assert ring["written"] + ring.get("lost_marks", 0) == ring["read"] + ring.get(
+        "cut_at_end", 0
+    ) + ring.get("refused", 0)
     # Counts the kernel aggregates lost updates: they may be short, never more, and the
     # summary says so through `lost`.
     assert 0 <= s["park_reasons"].get("sleep", {}).get("count", 0) <= n

@@ -17,7 +17,7 @@ import pytest
 
 from gmpmon import probetable
 from gmpmon.capture.bpfprog import decode_counter_key
-from gmpmon.events import KIND_RANGES, LAT_SUB, Counter, Kind, LockKind, lat_bucket
+from gmpmon.events import KIND_RANGES, LAT_SUB, LOST_IN_BAND, Counter, Kind, LockKind, lat_bucket
 from gmpmon.probetable import PROBES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,9 @@ def test_header_kinds_are_events_kind() -> None:
     # every probe-range kind, plus those of other ranges that probes emit (WAKE)
     probe_kinds = {k.name: k.value for k in Kind if k.value in KIND_RANGES["probe"]}
     probe_kinds |= {k.name: k.value for p in PROBES for k in p.kinds}
+    probe_kinds["LOST"] = Kind.LOST.value  # the in-band mark gm_emit_at writes after a loss
     assert kinds == probe_kinds
+    assert defines("LOST_")["IN_BAND"] == LOST_IN_BAND
     # and the C uses no GM_<KIND> the header lacks
     used = set(EMIT.findall(BPF_C))
     assert used <= set(kinds)
