@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from operator import itemgetter
 
 from gmpmon.events import Batch, EventTuple, Header
+from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.record import FrameInfo, Recording, read_recording
@@ -39,7 +40,7 @@ def replay_all(
             on_batch(batch)
         model.feed(batch)
     model.flush()
-    return model.snapshot()
+    return snapshot_with_findings(model)
 
 
 def stop_note(rec: Recording) -> str | None:
@@ -253,5 +254,5 @@ class ReplaySource:
         at_end = not carry and self._pos >= self._end
         if at_end:
             model.flush()
-        self._latest = model.snapshot()
+        self._latest = snapshot_with_findings(model)
         self._at_end = at_end  # after the snapshot: "end" in status() means it is there

@@ -22,6 +22,7 @@ from gmpmon.capture.sampler import check_layout, gate_layout
 from gmpmon.capture.triggers import TriggerSpec
 from gmpmon.dumps import DumpKeeper
 from gmpmon.events import Batch, Header, Stage
+from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.record import RecordingWriter
@@ -218,7 +219,7 @@ class LiveSession:
             self._thread.join()
         try:
             self.model.flush()
-            self._latest = self.model.snapshot()
+            self._latest = snapshot_with_findings(self.model)
         except Exception as e:  # keep the last good snapshot; the exit says what failed
             self.error = self.error or e
         try:
@@ -269,7 +270,7 @@ class LiveSession:
                 self._consume(batch)
                 now = time.monotonic()
                 if now >= next_snap:
-                    self._latest = self.model.snapshot()
+                    self._latest = snapshot_with_findings(self.model)
                     next_snap = now + SNAPSHOT_EVERY_S
         except BaseException as e:
             self.error = e
@@ -284,7 +285,7 @@ class LiveSession:
                 # leaves the TUI (a closed terminal must not lose the recording's tail).
                 with contextlib.suppress(Exception):
                     self.model.flush()
-                    self._latest = self.model.snapshot()
+                    self._latest = snapshot_with_findings(self.model)
                 with contextlib.suppress(Exception):
                     self.stop_recording()
             if self.dumps is not None:

@@ -36,7 +36,7 @@ STATE_STYLE: dict[PState, tuple[str, str]] = {
 STATE_WORD: dict[PState, str] = {
     PState.UNKNOWN: "?",
     PState.RUNNING: "running",
-    PState.SEARCHING: "spinning",
+    PState.SEARCHING: "searching",  # its M is in findRunnable; "spinning" is m.spinning
     PState.IDLE: "idle",
     PState.SYSCALL: "syscall",
     PState.GCSTOP: "GC stop",
@@ -230,7 +230,7 @@ def timeline_text(cells: Sequence[Cell]) -> Text:
 LEGEND: tuple[tuple[str, str, str], ...] = (
     ("▁▄█", RUNNING_COLOURS[0], "running"),
     ("░▒▓", SYSCALL_COLOUR, "syscall"),
-    ("─", "#d29922", "spinning"),
+    ("─", "#d29922", "searching"),
     ("·", "#6e7681", "idle"),
     ("▚", STW_COLOUR, "STW"),
 )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gmpmon.errors import UsageError
 from gmpmon.files import check_output_path
+from gmpmon.findings.engine import snapshot_with_findings
 
 if TYPE_CHECKING:
     from gmpmon.model.snapshot import Snapshot
@@ -106,10 +107,10 @@ def _replay(rec: Recording, interval: float | None, out: Callable[[str], object]
         if next_at < 0:
             next_at = batch.events[0][0] + step
         if batch.events[-1][0] >= next_at:  # one line per batch: a line's "last Ns" is
-            snap = model.snapshot()  # the time since the previous one, gaps included
+            snap = snapshot_with_findings(model)  # the time since the previous one, gaps included
             out(interval_line(snap, prev) + "\n")
             prev = snap
             while next_at <= batch.events[-1][0]:
                 next_at += step
     model.flush()
-    return model.snapshot()
+    return snapshot_with_findings(model)

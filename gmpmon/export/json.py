@@ -16,7 +16,7 @@ from typing import Any
 
 from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.export.base import Exporter
-from gmpmon.findings.types import ATTRIBUTION_CATEGORIES, Attribution
+from gmpmon.model.findingtypes import ATTRIBUTION_CATEGORIES, Attribution
 from gmpmon.model.kernel import LONG_RUN_NS
 from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import CensusView, RuntimeView

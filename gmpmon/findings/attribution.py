@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from sortedcontainers import SortedKeyList
 
-from gmpmon.findings.types import ATTRIBUTION_CATEGORIES, Attribution
+from gmpmon.model.findingtypes import ATTRIBUTION_CATEGORIES, Attribution
 from gmpmon.model.snapshot import PState, Snapshot, Span
 
 _RUNNING, _SEARCHING, _IDLE, _SYSCALL, _GCSTOP = (

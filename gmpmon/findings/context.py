@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gmpmon.findings.types import Attribution, FindingsInputs
+from gmpmon.model.findingtypes import Attribution, FindingsInputs
 from gmpmon.model.snapshot import Snapshot
 
 NS = 1_000_000_000

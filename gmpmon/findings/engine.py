@@ -1,4 +1,7 @@
-"""evaluate(): Snapshot + tracker inputs -> findings, most severe first. Pure."""
+"""evaluate(): Snapshot + tracker inputs -> findings, most severe first. Pure.
+
+``snapshot_with_findings(model)`` is the Model's Snapshot with its findings: what the
+session, replay and the fleet's windows hand to views (the model does not know the rules)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from collections.abc import Callable
 from gmpmon.findings import rules_cpu, rules_wait
 from gmpmon.findings.attribution import attribute
 from gmpmon.findings.context import Context, Thresholds
-from gmpmon.findings.tracker import FindingsTracker
-from gmpmon.findings.types import Attribution, Finding, FindingsInputs
+from gmpmon.model import Model
+from gmpmon.model.evidence import FindingsTracker
+from gmpmon.model.findingtypes import Attribution, Finding, FindingsInputs
 from gmpmon.model.snapshot import Snapshot
 
 Rule = Callable[[Context], Finding | None]
@@ -57,3 +61,8 @@ def with_findings(snap: Snapshot, tracker: FindingsTracker) -> Snapshot:
     return dataclasses.replace(
         snap, findings=found, latency_attribution=att, cgroup_cpu=inputs.cgroup
     )
+
+
+def snapshot_with_findings(model: Model) -> Snapshot:
+    """The model's Snapshot now, with its findings, latency attribution and cgroup reading."""
+    return with_findings(model.snapshot(), model.findings)

@@ -3,8 +3,8 @@ text report use them; their summary JSON is gmpmon/export/json.py's). Pure."""
 
 from __future__ import annotations
 
-from gmpmon.findings.types import ATTRIBUTION_CATEGORIES, Attribution, Finding, Severity
 from gmpmon.fmt import fmt_ns
+from gmpmon.model.findingtypes import ATTRIBUTION_CATEGORIES, Attribution, Finding, Severity
 from gmpmon.model.snapshot import Snapshot
 
 CATEGORY_LABELS = {

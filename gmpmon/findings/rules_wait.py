@@ -8,7 +8,7 @@ from typing import Any
 
 from gmpmon.findings import kernel_evidence as kev
 from gmpmon.findings.context import Context
-from gmpmon.findings.types import Finding, Severity
+from gmpmon.model.findingtypes import Finding, Severity
 from gmpmon.model.snapshot import GState
 
 SYSCALL_CAUSES = ("syscall-retake", "syscall-block", "unknown")

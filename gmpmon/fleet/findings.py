@@ -18,8 +18,9 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.events import Batch, EventTuple, Header, Kind
-from gmpmon.findings.types import Finding
+from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
+from gmpmon.model.findingtypes import Finding
 
 WINDOW_S = 60.0
 
@@ -85,7 +86,7 @@ class FindingsWindow:
     def evaluate(self) -> tuple[Finding, ...]:
         """The older model's findings now (most severe first)."""
         if self._models:
-            self.findings = self._models[0][1].snapshot().findings
+            self.findings = snapshot_with_findings(self._models[0][1]).findings
         return self.findings
 
     def covered_ns(self, now: int) -> int:

@@ -28,11 +28,8 @@ from collections.abc import Callable
 from operator import itemgetter
 
 from gmpmon.events import Batch, EventTuple, Header, Kind
-
-# A module, not its function: gmpmon.findings.engine imports gmpmon.model back.
-from gmpmon.findings import engine as findings_engine
-from gmpmon.findings.tracker import FindingsTracker
 from gmpmon.model.cost import CostTracker
+from gmpmon.model.evidence import FindingsTracker
 from gmpmon.model.latency import Latency
 from gmpmon.model.parks import Parks
 from gmpmon.model.part import (
@@ -143,8 +140,9 @@ class Model:
         self.events_lost = 0
         self.late_events = 0
 
-        # The findings engine's own view of the same events (gmpmon/findings/tracker.py): fed
-        # every applied chunk, and by the state machine where it sees what findings need.
+        # What the findings rules need that the Snapshot does not keep (model/evidence.py):
+        # fed every applied chunk, and by the state machine where it sees what they need.
+        # The rules run above the model (gmpmon.findings.engine.snapshot_with_findings).
         self.findings = FindingsTracker(header, self.stacks)
         self.latency = Latency(self.ctx)
         self.parks = Parks(self.ctx)
@@ -322,9 +320,11 @@ class Model:
         return 0.0
 
     def snapshot(self) -> Snapshot:
+        """The parts' picture now, without findings: the findings engine sits above the
+        model and fills them in (gmpmon.findings.engine.snapshot_with_findings)."""
         from gmpmon.model.view import build
 
-        return findings_engine.with_findings(build(self), self.findings)
+        return build(self)
 
 
 def _sorted_ts(ev: list[EventTuple]) -> bool:

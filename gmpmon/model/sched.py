@@ -24,8 +24,8 @@ from collections import deque
 from collections.abc import Iterable
 
 from gmpmon.events import LAT_BUCKETS, NO_G, U64_MAX, EventTuple, Kind
-from gmpmon.findings.tracker import LONG_RUN_NS, FindingsTracker
 from gmpmon.model import hist as h
+from gmpmon.model.evidence import LONG_RUN_NS, FindingsTracker
 from gmpmon.model.latency import Latency
 from gmpmon.model.parks import Parks
 from gmpmon.model.part import (

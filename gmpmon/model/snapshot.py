@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from gmpmon.model.cost import CostSummary
+
 # The value types the parts' sections are made of live below the Snapshot (values.py), and
 # each part's section type in the part's module: a Snapshot field per part, no cycle.
-from gmpmon.findings.types import Attribution, CgroupCpu, Finding
-from gmpmon.model.cost import CostSummary
+from gmpmon.model.findingtypes import Attribution, CgroupCpu, Finding
 from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import RuntimeView
 from gmpmon.model.values import GState, LatencyStats, PState, Span

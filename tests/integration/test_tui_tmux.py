@@ -25,7 +25,7 @@ pytestmark = pytest.mark.bpf
 
 QUIT_BUDGET_S = 2.0
 COLS, ROWS = 100, 30
-P_ROW = re.compile(r"^ +(\d+) (running|spinning|idle|syscall|GC stop)?\?? ")
+P_ROW = re.compile(r"^ +(\d+) (running|searching|idle|syscall|GC stop)?\?? ")
 
 
 def _tmux(*args: str) -> str:

@@ -13,6 +13,7 @@ import random
 from collections import deque
 
 from gmpmon.events import Batch, EventTuple, Header, Kind, LockKind
+from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
 
@@ -122,6 +123,6 @@ def snapshots(ticks: int, every_ns: int = 250 * MS, first_ns: int = 6_500 * MS) 
             j += 1
         model.feed(Batch(events=evs[i:j]))
         model.flush()
-        out.append(model.snapshot())
+        out.append(snapshot_with_findings(model))
         i = j
     return out

@@ -160,12 +160,14 @@ async def test_timeline_shows_time_per_cell_and_zooms() -> None:
         assert "/cell" in screen_text(app)
 
 
-# 7. no internal diagnostics on the main screens; one word for spinning
+# 7. no internal diagnostics on the main screens; one word for the search state: "searching"
+# (#10: "spinning" is the runtime's m.spinning, shown only as nmspinning, "spinning Ms")
 async def test_no_illegal_transitions_on_the_scheduling_view_and_one_word_for_spinning() -> None:
     app = make_app(replay("fanout", 1.0))
     async with app.run_test(size=(100, 60)) as pilot:
         await pilot.pause()
-        assert "spinning Ms" in screen_text(app) and "searching" not in screen_text(app)
+        text = screen_text(app)
+        assert "searching Ps" in text and "spinning" not in text  # full mode: no nmspinning
         await pilot.press("2")
         await pilot.pause()
         text = screen_text(app)
@@ -202,7 +204,7 @@ async def test_replay_has_one_clock_keeps_last_states_and_answers_every_key() ->
         header = str(app.query_one(StatusHeader).render())
         assert "replay " in header and " up " not in f" {header}"
         rows = proc_rows(screen_text(app))
-        assert rows and all(re.match(r"^ +\d+ (idle|running|spinning|syscall)\?", r)
+        assert rows and all(re.match(r"^ +\d+ (idle|running|searching|syscall)\?", r)
                             for r in rows), rows
         await pilot.press("r")
         await pilot.pause()

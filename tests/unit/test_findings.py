@@ -10,9 +10,9 @@ import pytest
 
 from gmpmon.events import U64_MAX, Batch, CgroupField, EventTuple, Header, Kind, LockKind
 from gmpmon.export.json import summary
-from gmpmon.findings.engine import FINDING_IDS
-from gmpmon.findings.types import Finding, Severity
+from gmpmon.findings.engine import FINDING_IDS, snapshot_with_findings
 from gmpmon.model import Model
+from gmpmon.model.findingtypes import Finding, Severity
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.report import text_report
 
@@ -46,7 +46,7 @@ def run(events: Iterable[EventTuple], *, mode: str = "full", gomaxprocs: int = 2
     evs = sorted(events, key=lambda e: e[0])
     model.feed(Batch(evs, stacks or {}))
     model.flush()
-    return model.snapshot()
+    return snapshot_with_findings(model)
 
 
 def by_id(s: Snapshot) -> dict[str, Finding]:
@@ -459,4 +459,4 @@ def test_same_findings_whatever_the_batching() -> None:
     for chunk in _split(events, 97):
         model.feed(Batch(chunk))
     model.flush()
-    assert model.snapshot().findings == one.findings
+    assert snapshot_with_findings(model).findings == one.findings

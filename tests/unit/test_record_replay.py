@@ -12,6 +12,7 @@ import pytest
 from gmpmon.cli import main
 from gmpmon.events import Batch
 from gmpmon.export.json import summary
+from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
 from gmpmon.record import RecordingWriter, read_recording
 from gmpmon.replay import ReplaySource, replay_all
@@ -40,7 +41,7 @@ def recorded(tmp_path: Path) -> tuple[Path, dict[str, object]]:
             model.feed(b)
             w.write(b)
     model.flush()
-    return path, summary(model.snapshot())
+    return path, summary(snapshot_with_findings(model))
 
 
 def test_replay_summary_equals_live_summary(recorded: tuple[Path, dict[str, object]]) -> None:

@@ -19,7 +19,7 @@ from textual.reactive import reactive
 from textual.widgets import Collapsible, Static
 
 from gmpmon.findings.render import CATEGORY_LABELS, evidence_lines
-from gmpmon.findings.types import ATTRIBUTION_CATEGORIES, Attribution, Finding, Severity
+from gmpmon.model.findingtypes import ATTRIBUTION_CATEGORIES, Attribution, Finding, Severity
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.tui.render import bar, fmt_count, fmt_ns, panel_table
 from gmpmon.tui.widgets.scroll import KeyScroll

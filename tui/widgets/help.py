@@ -32,7 +32,7 @@ T                 several targets (attach PID PID...): pick the one shown
 """
 
 VIEWS = (
-    "Procs: one row per P. state is what the P does now: running, spinning (its M is in "
+    "Procs: one row per P. state is what the P does now: running, searching (its M is in "
     "findRunnable looking for work), idle, syscall, GC stop; 'idle?' is the last state seen, "
     "not observed since. runq is the P's local run queue. The strip shows the time per cell "
     "in its header, newest on the right. With more than 8 Ps: a heat strip of every P, the "

@@ -38,7 +38,7 @@ CELL_CHOICES_NS = tuple(int(f * 1_000_000) for f in (0.1, 0.2, 0.5, 1, 2, 5, 10,
 RUNQ_BAR = 6
 WIDE = 110  # from this width on, the M and busy% columns are shown too
 MANY_PS = 8  # above this: busy Ps first, idle Ps on one line, a heat strip of every P
-STATE_W = 9
+STATE_W = 10  # "searching?"
 
 
 class ProcTable(Widget):
@@ -170,11 +170,11 @@ class ProcsView(KeyScroll):
         text.append(f"global runq {snap.global_runq}", style="bold")
         if snap.window == "exact":
             # Full mode reads no runtime.sched samples (npidle/nmspinning stay 0): count the
-            # rows, so the header agrees with the states shown below it.
-            # A P shown spinning is held by a spinning M: the same figure as nmspinning.
+            # rows, so the header agrees with the states shown below it. A searching P's M is
+            # in findRunnable, spinning (m.spinning) or not: these are Ps, not nmspinning.
             idle = sum(1 for p in snap.procs if p.state is PState.IDLE)
-            spinning = sum(1 for p in snap.procs if p.state is PState.SEARCHING)
-            text.append(f"  idle Ps {idle}  spinning Ms {spinning}")
+            searching = sum(1 for p in snap.procs if p.state is PState.SEARCHING)
+            text.append(f"  idle Ps {idle}  searching Ps {searching}")
         else:
             text.append(f"  idle Ps {snap.npidle}  spinning Ms {snap.nmspinning}")
         text.append(f"  STW {snap.stw_count}")

@@ -93,7 +93,7 @@ def latency_panel(snap: Snapshot) -> Group | Text:
 
 def per_p_table(snap: Snapshot) -> Table:
     cov = coverage(snap)
-    t = _table("P", "n", "p50", "p90", "p99", "max", "run%", "spin%", "idle%", "sys%")
+    t = _table("P", "n", "p50", "p90", "p99", "max", "run%", "search%", "idle%", "sys%")
     for p in snap.procs:
         total = p.running_ns + p.idle_ns + p.searching_ns + p.syscall_ns + p.gcstop_ns
         pct = [f"{100 * v / total:.0f}" if total else "-"

@@ -33,7 +33,7 @@ from itertools import compress, repeat
 from operator import itemgetter
 
 from gmpmon.events import U64_MAX, UNKNOWN_FRAME, CgroupField, EventTuple, Header, Kind
-from gmpmon.findings.types import (
+from gmpmon.model.findingtypes import (
     CensusGrowth,
     CgroupCpu,
     FindingsInputs,
