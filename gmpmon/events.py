@@ -331,7 +331,7 @@ class RtFeature(IntEnum):
 RT_FEATURE_NAMES: dict[int, str] = {
     RtFeature.LATENCY: "scheduling-latency histogram (sched.timeToRun)",
     RtFeature.GOROUTINES: "goroutine count (allglen, free lists)",
-    RtFeature.SCHED: "idle/spinning Ps and global runq (runtime.sched)",
+    RtFeature.SCHED: "idle Ps, spinning Ms and global runq (runtime.sched)",
     RtFeature.P_TICKS: "per-P schedules and syscalls (p.schedtick/syscalltick)",
     RtFeature.MUTEX_WAIT: "mutex wait total (sched.totalMutexWaitTime, Go 1.21+)",
     RtFeature.STW: "stop-the-world pauses (sched.stwTotalTime*, Go 1.22+)",
