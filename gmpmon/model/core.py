@@ -31,6 +31,7 @@ from gmpmon.events import Batch, EventTuple, Header, Kind
 from gmpmon.model.cost import CostTracker
 from gmpmon.model.evidence import FindingsTracker
 from gmpmon.model.latency import Latency
+from gmpmon.model.legal import LEGAL_G, LEGAL_P, LEGAL_P_IDLE_FROM
 from gmpmon.model.parks import Parks
 from gmpmon.model.part import (
     WAKE_CREATED,
@@ -42,7 +43,7 @@ from gmpmon.model.part import (
     Part,
 )
 from gmpmon.model.registry import PARTS
-from gmpmon.model.sched import LEGAL_G, LEGAL_P, LEGAL_P_IDLE_FROM, MAX_PROCS, Sched
+from gmpmon.model.sched import MAX_PROCS, Sched
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.model.steals import Steals
 

@@ -6,10 +6,10 @@
   opens RUNNING(goid); PARK / PREEMPTED / GO_EXIT close it (the M goes back into the
   scheduler: SEARCHING); SYSCALL_ENTER opens SYSCALL(goid); HANDOFF takes the P away from a
   syscall (IDLE until an M picks it up); P_IDLE (``pidleput``) ends a failed search (IDLE until
-  the next SCHED/EXECUTE on it); STW_START..STW_END puts every P in GCSTOP.
-- G and P transitions are checked against one table each (LEGAL_G, LEGAL_P); a violation (a
-  missed or reordered event) is counted by kind (G, P, corrupt id), the state moves on,
-  nothing raises.
+  the next FIND_RUNNABLE/EXECUTE on it); STW_START..STW_END puts every P in GCSTOP.
+- G and P transitions are checked against one table each (model/legal.py: LEGAL_G, LEGAL_P);
+  a violation (a missed or reordered event) is counted by kind (G, P, corrupt id), the state
+  moves on, nothing raises.
 - An *epoch* bumped at every reset (LOST, window edge) makes every G learnt in an older epoch
   UNKNOWN again (its pending ready/park timestamps dropped), in O(1).
 
@@ -27,6 +27,26 @@ from gmpmon.events import LAT_BUCKETS, NO_G, U64_MAX, EventTuple, Kind
 from gmpmon.model import hist as h
 from gmpmon.model.evidence import LONG_RUN_NS, FindingsTracker
 from gmpmon.model.latency import Latency
+from gmpmon.model.legal import (
+    G_DEAD,
+    G_FROM,
+    G_FROM_EXECUTE,
+    G_FROM_PARK,
+    G_FROM_READY,
+    G_RUNNABLE,
+    G_RUNNING,
+    G_SYSCALL,
+    G_UNKNOWN,
+    G_WAITING,
+    LEGAL_P_IDLE_FROM,
+    P_FROM_EXECUTE,
+    P_GCSTOP,
+    P_IDLE,
+    P_RUNNING,
+    P_SEARCHING,
+    P_SYSCALL,
+    P_UNKNOWN,
+)
 from gmpmon.model.parks import Parks
 from gmpmon.model.part import (
     WAKE_CREATED,
@@ -38,48 +58,10 @@ from gmpmon.model.part import (
     View,
 )
 from gmpmon.model.pstatus import p_status_decoder
-from gmpmon.model.snapshot import GState, PState
+from gmpmon.model.snapshot import GState
 
-# Plain ints in the hot loop (IntEnum compares are slower).
-P_UNKNOWN, P_RUNNING, P_SEARCHING, P_IDLE, P_SYSCALL, P_GCSTOP = (int(s) for s in PState)
-G_UNKNOWN, G_RUNNABLE, G_RUNNING, G_WAITING, G_SYSCALL, G_DEAD = (int(s) for s in GState)
-_ANY_P = frozenset(int(s) for s in PState)
 _GSTATES = tuple(GState)
 
-# The legal G transitions, one row per event kind: the states a G may be in when that event
-# happens to it (UNKNOWN always qualifies: attached mid-flight, or after a loss/window edge),
-# and the state it moves to. Anything else is a G violation.
-LEGAL_G: dict[int, tuple[frozenset[int], int]] = {
-    # WAITING -> RUNNING without a READY is real: injectglist (netpoll wake-ups, GC assist
-    # wake-ups) and findRunnableGCWorker make Gs runnable with a bare casgstatus, no ready().
-    Kind.EXECUTE: (frozenset({G_UNKNOWN, G_RUNNABLE, G_WAITING}), G_RUNNING),
-    Kind.PARK: (frozenset({G_UNKNOWN, G_RUNNING}), G_WAITING),
-    Kind.READY: (frozenset({G_UNKNOWN, G_WAITING}), G_RUNNABLE),
-    Kind.GO_CREATE: (frozenset({G_UNKNOWN}), G_RUNNABLE),
-    Kind.GO_EXIT: (frozenset({G_UNKNOWN, G_RUNNING}), G_DEAD),
-    Kind.SYSCALL_ENTER: (frozenset({G_UNKNOWN, G_RUNNING}), G_SYSCALL),
-    # exitsyscall with its P: running again; without: queued, or an idle P taken silently.
-    Kind.SYSCALL_EXIT: (frozenset({G_UNKNOWN, G_SYSCALL}), G_RUNNING),
-    Kind.PREEMPTED: (frozenset({G_UNKNOWN, G_RUNNING}), G_RUNNABLE),
-}
-
-# The legal P transitions, the same way. A P found in another state is a P violation only
-# with evidence: the G we believe is running on it (same epoch) never left it as far as we saw.
-LEGAL_P: dict[int, tuple[frozenset[int], int]] = {
-    # EXECUTE on a P RUNNING another G: that G's leaving was missed.
-    Kind.EXECUTE: (_ANY_P - {P_RUNNING}, P_RUNNING),
-    # pidleput: its M searched and gave up, a syscall's P handed off, a stopped world
-    # restarted, or a repeat.
-    Kind.P_IDLE: (frozenset({P_UNKNOWN, P_SEARCHING, P_IDLE, P_SYSCALL, P_GCSTOP}), P_IDLE),
-    Kind.FIND_RUNNABLE: (_ANY_P, P_SEARCHING),  # a G left by a path not probed: no violation
-    Kind.HANDOFF: (_ANY_P, P_IDLE),
-    Kind.SYSCALL_ENTER: (_ANY_P, P_SYSCALL),
-    Kind.STW_START: (_ANY_P, P_GCSTOP),
-}
-LEGAL_P_IDLE_FROM = LEGAL_P[Kind.P_IDLE][0]
-_FROM = {int(k): v[0] for k, v in LEGAL_G.items()}
-_FROM_EXECUTE, _FROM_PARK, _FROM_READY = _FROM[Kind.EXECUTE], _FROM[Kind.PARK], _FROM[Kind.READY]
-_P_FROM_EXECUTE = LEGAL_P[Kind.EXECUTE][0]
 K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
 K_SYSCALL_ENTER, K_SYSCALL_EXIT = int(Kind.SYSCALL_ENTER), int(Kind.SYSCALL_EXIT)
 K_PREEMPTED = int(Kind.PREEMPTED)
@@ -264,7 +246,7 @@ class Sched(Part):
         return gg
 
     def g_to(self, gg: G, kind: int, state: int, ts: int) -> None:
-        if gg.state not in _FROM[kind]:
+        if gg.state not in G_FROM[kind]:
             self.violations[V_G] += 1
         gg.state = state
         gg.since = ts
@@ -341,7 +323,7 @@ class Sched(Part):
             other = self.procs.get(gg.p)
             if other is not None and other.goid == g and other.state == P_RUNNING:
                 self.p_to(other, ts, P_UNKNOWN, 0)
-        if gg.state not in _FROM_EXECUTE:
+        if gg.state not in G_FROM_EXECUTE:
             self.violations[V_G] += 1
         gg.state = G_RUNNING
         gg.since = ts
@@ -371,7 +353,7 @@ class Sched(Part):
             if a1 >= self.findings.rq_note:
                 self.findings.runq(p, a1)
             pp.m = m
-            if pp.state not in _P_FROM_EXECUTE and pp.goid != g and pp.goid:
+            if pp.state not in P_FROM_EXECUTE and pp.goid != g and pp.goid:
                 self._p_taken(pp, p)
             self.p_to(pp, ts, P_RUNNING, g)
 
@@ -401,7 +383,7 @@ class Sched(Part):
         gg = self.gs.get(g)
         if gg is None or gg.epoch != self.epoch:
             gg = self.g(g, ts)
-        if gg.state not in _FROM_PARK:
+        if gg.state not in G_FROM_PARK:
             self.violations[V_G] += 1
         gg.state = G_WAITING
         gg.since = ts
@@ -417,7 +399,7 @@ class Sched(Part):
         gg = self.gs.get(g)
         if gg is None or gg.epoch != self.epoch:
             gg = self.g(g, ts)
-        if gg.state not in _FROM_READY:
+        if gg.state not in G_FROM_READY:
             self.violations[V_G] += 1
         gg.state = G_RUNNABLE
         gg.since = ts

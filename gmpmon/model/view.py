@@ -10,8 +10,7 @@ from typing import Any, Protocol
 
 from gmpmon.events import Header
 from gmpmon.model.latency import Latency
-from gmpmon.model.part import Context, Part, View
-from gmpmon.model.sched import (
+from gmpmon.model.legal import (
     G_DEAD,
     G_UNKNOWN,
     P_GCSTOP,
@@ -20,9 +19,9 @@ from gmpmon.model.sched import (
     P_SEARCHING,
     P_SYSCALL,
     P_UNKNOWN,
-    G,
-    Sched,
 )
+from gmpmon.model.part import Context, Part, View
+from gmpmon.model.sched import G, Sched
 from gmpmon.model.snapshot import GoroutineView, GState, ProcView, PState, Snapshot, Span
 from gmpmon.model.steals import Steals
 
