@@ -9,15 +9,15 @@ loop pays ~40 ns an event for it.
 What it keeps, by the finding that uses it:
 
 - long-running-goroutine: per P, the G running and since when (EXECUTE .. the next event
-  that takes it off: PARK, PREEMPTED, GO_EXIT, SYSCALL_ENTER, SCHED); in sample mode the
-  same from P samples (same G, same schedtick across samples). PREEMPT_REQ per goid.
+  that takes it off: PARK, PREEMPTED, GO_EXIT, SYSCALL_ENTER, FIND_RUNNABLE); in sample mode
+  the same from P samples (same G, same schedtick across samples). PREEMPT_REQ per goid.
 - syscall-handoff / cgo-pinning: each HANDOFF's cause, from the last event of the M that
   called handoffp (a PARK just before: a LockOSThread'ed G blocked and its M took the P
   with it to sleep, ``stoplockedm``; a blocking SYSCALL_ENTER: ``entersyscallblock``; an M
   that runs no goroutine: sysmon's ``retake`` of a P stuck in a syscall), and how long the
-  P stayed without an M (until an EXECUTE/SCHED on it, or a P sample with an M).
-- runq-overflow / cpu-saturation: local and global run-queue lengths (EXECUTE a1, SCHED,
-  P and SCHED samples).
+  P stayed without an M (until an EXECUTE/FIND_RUNNABLE on it, or a P sample with an M).
+- runq-overflow / cpu-saturation: local and global run-queue lengths (EXECUTE a1,
+  FIND_RUNNABLE, P and SCHED samples).
 - goroutine-leak: creates minus exits, one point per second, and creator goids of the live.
 - idle-spinning: nmspinning / npidle from SCHED samples.
 - cpu-throttled: first and last CGROUP_CPU reading.
@@ -53,7 +53,7 @@ RUNQ_MAX = 256  # len(p.runq)
 RUNQ_FULL = 240  # a reading this high is at the limit: runqput spills half at 256
 _NS = 1_000_000_000
 
-K_EXECUTE, K_SCHED, K_PARK = int(Kind.EXECUTE), int(Kind.FIND_RUNNABLE), int(Kind.PARK)
+K_EXECUTE, K_FIND_RUNNABLE, K_PARK = int(Kind.EXECUTE), int(Kind.FIND_RUNNABLE), int(Kind.PARK)
 K_GO_CREATE, K_GO_EXIT = int(Kind.GO_CREATE), int(Kind.GO_EXIT)
 K_SYSCALL_ENTER, K_HANDOFF = int(Kind.SYSCALL_ENTER), int(Kind.HANDOFF)
 K_PREEMPT_REQ, K_PREEMPTED = int(Kind.PREEMPT_REQ), int(Kind.PREEMPTED)
@@ -63,9 +63,8 @@ K_P_IDLE = int(Kind.P_IDLE)
 K_CENSUS_BEGIN, K_CENSUS_STATE = int(Kind.CENSUS_BEGIN), int(Kind.CENSUS_STATE)
 K_CENSUS_SITE, K_CENSUS_END = int(Kind.CENSUS_SITE), int(Kind.CENSUS_END)
 G_WAITING_STATUS = 4  # _Gwaiting
-HOT = frozenset(
-    {K_EXECUTE, K_SCHED, K_PARK, K_GO_CREATE, K_GO_EXIT, K_SYSCALL_ENTER, K_PREEMPTED, K_P_IDLE}
-)
+HOT = frozenset({K_EXECUTE, K_FIND_RUNNABLE, K_PARK, K_GO_CREATE, K_GO_EXIT, K_SYSCALL_ENTER,
+                 K_PREEMPTED, K_P_IDLE})
 _KIND = itemgetter(1)
 _TS = itemgetter(0)
 _CAUSE_ROW = itemgetter(0, 1, 4, 5)  # (ts, kind, g, a0) of an M's last PARK/SYSCALL_ENTER
@@ -74,7 +73,8 @@ _RARE = frozenset({K_PREEMPT_REQ, K_P_SAMPLE, K_SCHED_SAMPLE, K_CGROUP, K_CENSUS
 _CHURN = frozenset({K_GO_CREATE, K_GO_EXIT})
 _G, _A0 = itemgetter(4), itemgetter(5)
 _CAUSES = frozenset({K_PARK, K_SYSCALL_ENTER})
-_SLOW = _RARE | _CHURN | {K_PARK, K_SYSCALL_ENTER, K_EXECUTE, K_SCHED, K_HANDOFF, K_WINDOW, K_LOST}
+_SLOW = _RARE | _CHURN | {K_PARK, K_SYSCALL_ENTER, K_EXECUTE, K_FIND_RUNNABLE, K_HANDOFF,
+                          K_WINDOW, K_LOST}
 _P_RUNNING_STATUS = 1  # index of "running" in Header.p_status (events.P_SAMPLE a0 & 0xff)
 
 
@@ -175,7 +175,7 @@ class FindingsTracker:
             if k in (K_PARK, K_SYSCALL_ENTER):
                 if e[3]:
                     m_last[e[3]] = _CAUSE_ROW(e)
-            elif k in (K_EXECUTE, K_SCHED):
+            elif k in (K_EXECUTE, K_FIND_RUNNABLE):
                 if self._handed and e[2] >= 0:
                     self._got_m(e[2], e[0])
             elif k == K_HANDOFF:
