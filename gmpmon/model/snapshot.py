@@ -1,8 +1,8 @@
 """Snapshot: the model's frozen answer at one instant. Views and exporters read only this.
 
-Field names follow the summary JSON schema (docs/summary-schema.md); ``to_summary()`` in
-gmpmon.report turns a Snapshot into that JSON. Times are ns; timestamps are the kernel's
-monotonic ns (same clock as events).
+Field names follow the summary JSON schema (docs/summary-schema.md); ``summary()`` in
+gmpmon.export.json turns a Snapshot into that JSON, gmpmon.report into the text report.
+Times are ns; timestamps are the kernel's monotonic ns (same clock as events).
 """
 
 from __future__ import annotations
