@@ -37,6 +37,7 @@ from tests.integration.test_hardening_common import (
     sigkill,
     start_gmpmon,
     start_target,
+    uprobes_on,
     wait_attached,
 )
 
@@ -266,3 +267,43 @@ def test_sigkill_of_gmpmon_run_leaves_the_program_running(tmp_path: Path) -> Non
             sigkill(g)
     assert sum(1 for _ in read_recording(str(rec))) >= 1
 
+
+
+@pytest.mark.parametrize("stage", ["maps-made", "probes-in"])
+def test_target_killed_part_way_through_attaching(stage: str, tmp_path: Path) -> None:
+    """The target dies while gmpmon is still attaching: after its BPF maps exist but before
+    a probe is in ("maps-made"), or once the first probes are in but before gmpmon says it
+    is tracing ("probes-in"; the kernel sources still compile then). gmpmon ends soon, with
+    one line saying what happened and no traceback, and leaves nothing in the kernel."""
+    exe = lifecycle(f"partway-{stage}")
+    t = start_target(exe)
+    summary = tmp_path / "s.json"
+    g = start_gmpmon("attach", str(t.pid), "--no-tui", "--mode", "full", "-d", "30",
+                     "--kernel", "samples,sched", "--summary-json", str(summary))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and g.poll() is None:
+            if stage == "maps-made" and bpf_fds(g.pid):
+                break
+            if stage == "probes-in" and uprobes_on(t.pid):
+                break
+            time.sleep(0.005)
+        assert g.poll() is None, "gmpmon ended before the target was killed"
+        t.proc.kill()
+        killed = time.monotonic()
+        t.proc.wait(10)
+        _out, err = g.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if g.poll() is None:
+            sigkill(g)
+        t.stop()
+    print(f"{stage}: gmpmon ended {took:.2f}s after the kill (exit {g.returncode}): {err!r}")
+    assert "Traceback" not in err, err
+    assert took < 10, took
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert any(f"{t.pid}" in ln and ("exited" in ln or "no process" in ln or "vanished" in ln)
+               for ln in lines), err
+    assert len(lines) <= 3, err  # one line of what happened (and at most its hint)
+    assert g.returncode in (0, 1, 2, 3, 10), err
+    assert_nothing_left(t.pid, [g.pid], str(exe))
