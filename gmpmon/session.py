@@ -18,7 +18,7 @@ from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.capture import Capture
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL
 from gmpmon.capture.pipeline import thin
-from gmpmon.capture.sampler import check_layout, gate_layout
+from gmpmon.capture.sampler import gate_layout, read_gomaxprocs
 from gmpmon.capture.triggers import TriggerSpec
 from gmpmon.dumps import DumpKeeper
 from gmpmon.events import Batch, Header, Stage
@@ -39,27 +39,6 @@ def hog_gil(seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         sum(range(2_000_000))
-
-
-def read_gomaxprocs(info: BinaryInfo, pid: int) -> int:
-    """runtime.gomaxprocs from the target's memory, once validated; else what Go would pick
-    (GOMAXPROCS from the environment, else the CPUs the process may run on)."""
-    if "runtime.gomaxprocs" in info.globals:
-        with contextlib.suppress(OSError):
-            layout = check_layout(info, pid, ("procs",))  # never a number from unchecked reads
-            if layout.gomaxprocs:
-                return layout.gomaxprocs
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for kv in f.read().split(b"\0"):
-                if kv.startswith(b"GOMAXPROCS="):
-                    return max(int(kv[11:]), 1)
-    except (OSError, ValueError):
-        pass
-    try:
-        return len(os.sched_getaffinity(pid))
-    except OSError:
-        return os.cpu_count() or 1
 
 
 def make_header(info: BinaryInfo, pid: int, capture: Capture, gomaxprocs: int) -> Header:

@@ -15,6 +15,7 @@ be another version's): when a check fails the Sampler is not made, and the error
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import struct
@@ -59,6 +60,27 @@ def check_layout(
             time.sleep(0.05)
     finally:
         os.close(fd)
+
+
+def read_gomaxprocs(info: BinaryInfo, pid: int) -> int:
+    """runtime.gomaxprocs from the target's memory, once validated; else what Go would pick
+    (GOMAXPROCS from the environment, else the CPUs the process may run on)."""
+    if "runtime.gomaxprocs" in info.globals:
+        with contextlib.suppress(OSError):
+            layout = check_layout(info, pid, ("procs",))  # never a number from unchecked reads
+            if layout.gomaxprocs:
+                return layout.gomaxprocs
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for kv in f.read().split(b"\0"):
+                if kv.startswith(b"GOMAXPROCS="):
+                    return max(int(kv[11:]), 1)
+    except (OSError, ValueError):
+        pass
+    try:
+        return len(os.sched_getaffinity(pid))
+    except OSError:
+        return os.cpu_count() or 1
 
 
 def gate_layout(info: BinaryInfo, pid: int, *, starting: bool = False) -> BinaryInfo:

@@ -20,8 +20,8 @@ from typing import Any
 
 from gmpmon.errors import UsageError
 from gmpmon.fleet.discover import Discovery, ExeKey, GoProcess
+from gmpmon.fleet.infocache import InfoCache
 from gmpmon.fleet.lifetime import LifetimeStats, read_lifetime
-from gmpmon.fleet.watch import InfoCache
 from gmpmon.fmt import fmt_ns
 
 EPILOG = """\

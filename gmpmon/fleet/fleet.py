@@ -18,9 +18,10 @@ from collections.abc import Callable
 from gmpmon.errors import GmpmonError
 from gmpmon.fleet.discover import Discovery, GoProcess, exists
 from gmpmon.fleet.findings import WINDOW_S
+from gmpmon.fleet.infocache import InfoCache
 from gmpmon.fleet.metrics import ProcessReading
 from gmpmon.fleet.probed import ProbedWatch
-from gmpmon.fleet.watch import InfoCache, Watch, watch_or_reason
+from gmpmon.fleet.watch import Watch, watch_or_reason
 
 RESCAN_S = 2.0
 PROBE_MODES = ("sample", "default", "full")  # attach's modes; "none" is the trap-free Watch

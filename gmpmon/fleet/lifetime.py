@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gmpmon.capture.runtime_counters import RuntimeCounters
-from gmpmon.capture.sampler import check_layout
+from gmpmon.capture.sampler import check_layout, read_gomaxprocs
 from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.errors import GmpmonError
 from gmpmon.events import EventTuple, Kind, RtHist
 from gmpmon.fleet.discover import GoProcess, exists
-from gmpmon.fleet.watch import InfoCache
+from gmpmon.fleet.infocache import InfoCache
 from gmpmon.model.runtime import hist_stats
-from gmpmon.session import read_gomaxprocs
 
 RT_SCHED = int(Kind.RT_SCHED)
 

@@ -11,44 +11,24 @@ every watch (``serve``); it never raises for a target that exits: the watch just
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 
-from gmpmon.binary import BinaryInfo, load_pid
+from gmpmon.binary import BinaryInfo
 from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.runtime_sources import RuntimeSources
-from gmpmon.capture.sampler import Sampler
+from gmpmon.capture.sampler import Sampler, read_gomaxprocs
 from gmpmon.errors import GmpmonError
 from gmpmon.events import EventTuple, Kind
-from gmpmon.fleet.discover import ExeKey, GoProcess
+from gmpmon.fleet.discover import GoProcess
 from gmpmon.fleet.findings import WINDOW_S, FindingsWindow, sample_header
+from gmpmon.fleet.infocache import InfoCache
 from gmpmon.fleet.metrics import LATENCY_LE_NS, LatencyHistogram, ProcessReading
 from gmpmon.fleet.threads import SchedstatTotals, ThreadTotals
 from gmpmon.model.runtime import RuntimePart, RuntimeView
 from gmpmon.model.snapshot import LatencyStats
-from gmpmon.session import read_gomaxprocs
 
 P_SAMPLE = int(Kind.P_SAMPLE)
-
-
-class InfoCache:
-    """BinaryInfo per executable (device, inode, size, mtime), shared by every watch: a host
-    running fifty copies of one server parses its binary once."""
-
-    def __init__(self, *, readers_only: bool = False) -> None:
-        self._by_key: dict[ExeKey, BinaryInfo] = {}
-        self.readers_only = readers_only  # no probe sites (see binary.load.load_elf)
-
-    def get(self, proc: GoProcess) -> BinaryInfo:
-        info = self._by_key.get(proc.exe_key)
-        if info is None or info.pie:
-            # load_pid also finds the load bias, which differs per process for a PIE.
-            info = load_pid(proc.pid, readers_only=self.readers_only)
-            self._by_key[proc.exe_key] = info
-        elif info.pid != proc.pid:
-            info = dataclasses.replace(info, pid=proc.pid)
-        return info
 
 
 class Watch:

@@ -179,8 +179,8 @@ def _child_of(pid: int) -> int | None:
 
 def test_ps_skips_a_process_that_exits_between_listing_and_reading(tmp_path: Path) -> None:
     from gmpmon.fleet.discover import Discovery
+    from gmpmon.fleet.infocache import InfoCache
     from gmpmon.fleet.lifetime import read_lifetime
-    from gmpmon.fleet.watch import InfoCache
 
     w = Workload(_copy("rtcounters", tmp_path))
     gp = Discovery().probe(w.pid)
