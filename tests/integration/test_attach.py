@@ -15,6 +15,7 @@ import queue
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -224,6 +225,14 @@ def test_default_mode_duty_cycles_the_hot_probes(tmp_path: Path, mode: str) -> N
         assert s["park_reasons"]["sleep"]["count"] > 0
 
 
+def stacks_of(pid: int) -> str:
+    """Every thread's Python stack of a process that hangs (py-spy dump), for the failure."""
+    spy = Path(sys.executable).with_name("py-spy")
+    r = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True,
+                       timeout=60)
+    return r.stdout + r.stderr
+
+
 @pytest.mark.bpf
 @pytest.mark.parametrize("how", ["duration", "sigint", "sigterm", "sigkill", "early-sigint"])
 def test_detach_leaves_no_probe_and_the_target_running(tmp_path: Path, how: str) -> None:
@@ -246,7 +255,13 @@ def test_detach_leaves_no_probe_and_the_target_running(tmp_path: Path, how: str)
                "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}.get(how)
         if sig is not None:
             gm.p.send_signal(sig)
-        code = gm.p.wait(timeout=30)
+        try:
+            # 60 s: a signal during the compiles ends the run once they are done, and they
+            # take seconds on a loaded machine.
+            code = gm.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"gmpmon did not end after {how}:\n{stacks_of(gm.p.pid)}"
+                                 ) from None
         if how == "sigkill":
             assert code == -signal.SIGKILL
         elif how == "early-sigint":
