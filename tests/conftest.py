@@ -9,10 +9,20 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 from tests.bpfcheck import require_bpf
+
+# A suite started in the background of a non-interactive shell (`bash .ci/run &`, nohup)
+# inherits SIGINT and SIGQUIT ignored, and so would every gmpmon and Go program it starts:
+# an ignored disposition survives exec, so the tests that send an early ^C would see it
+# ignored. The tests speak for an interactive user: restore the defaults for the children.
+for _sig, _default in ((signal.SIGINT, signal.default_int_handler),
+                       (signal.SIGQUIT, signal.SIG_DFL)):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, _default)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
