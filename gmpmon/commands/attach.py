@@ -394,7 +394,11 @@ def stop_signals() -> Iterator[StopEvent]:
 
     def handler(signum: int, frame: FrameType | None) -> None:
         stop.why = signal.Signals(signum).name
-        stop.set()
+        # Not stop.set() here: the handler runs in the main thread between two bytecodes,
+        # and when that thread is inside stop.wait() it holds the Event's lock: set() would
+        # wait for it forever (seen: a SIGTERM that never ended a run, py-spy showed
+        # handler -> Event.set under Condition.wait). Another thread sets it.
+        threading.Thread(target=stop.set, name="gmpmon-signal", daemon=True).start()
 
     old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:

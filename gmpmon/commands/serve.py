@@ -120,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
+        # Off the main thread: it may hold stop's lock inside stop.wait() (see attach).
+        threading.Thread(target=_stop_all, name="gmpmon-signal", daemon=True).start()
+
+    def _stop_all() -> None:
         stop.set()
         fleet.request_stop()  # an attach under way is the last one
 
