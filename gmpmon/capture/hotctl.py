@@ -88,7 +88,6 @@ class Controller:
         self.gen = 0
         self.planned_end = 0
         self.opened = 0
-        self.attach_ns = 0  # how long the last link took to create
         self.burst = ""
         self.cost_cap_s = 0.0  # the open window is closed early once it has cost this much
         self.cut_short = 0  # windows closed early by that guard
@@ -148,7 +147,6 @@ class Controller:
         # first is in. Counted from when all were in, the probes' own records showed windows
         # 10-30 ms longer than planned (test_duty_cycle_measured_by_the_probes_own_hits).
         self.opened = now
-        self.attach_ns = time.monotonic_ns() - now
         self.planned_end = now + window_ns
         self.burst = burst
         self._hot_at_open = self._hot_total()

@@ -138,18 +138,12 @@ def families(readings: Iterable[ProcessReading], scrape_errors: int = 0) -> Iter
                                                              strict=True)]
             buckets.append(("+Inf", float(h.count)))
             lat.add_metric(lb, buckets, sum_value=h.sum_s)
-        if r.syscalls_total is not None:
-            sysc.add_metric(lb, r.syscalls_total)
-        if r.handoffs_total is not None:
-            hand.add_metric(lb, r.handoffs_total)
-        if r.gc_stw_seconds_total is not None:
-            stw.add_metric(lb, r.gc_stw_seconds_total)
-        if r.mutex_wait_seconds_total is not None:
-            mutex.add_metric(lb, r.mutex_wait_seconds_total)
-        if r.kernel_runq_delay_seconds_total is not None:
-            runq.add_metric(lb, r.kernel_runq_delay_seconds_total)
-        if r.oncpu_seconds_total is not None:
-            cpu.add_metric(lb, r.oncpu_seconds_total)
+        for family, value in ((sysc, r.syscalls_total), (hand, r.handoffs_total),
+                              (stw, r.gc_stw_seconds_total), (mutex, r.mutex_wait_seconds_total),
+                              (runq, r.kernel_runq_delay_seconds_total),
+                              (cpu, r.oncpu_seconds_total)):
+            if value is not None:  # not read: no series (never a 0)
+                family.add_metric(lb, value)
         for (p, state), s in sorted((r.p_state_seconds or {}).items()):
             pst.add_metric([*lb, str(p), state], s)
         for fid, sev in r.findings or ():

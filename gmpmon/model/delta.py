@@ -11,7 +11,8 @@ timeline spans) is the newer Snapshot's, unchanged.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
+from typing import TypeVar
 
 from gmpmon.model.snapshot import (
     LatencyStats,
@@ -46,8 +47,12 @@ def latency_delta(cur: LatencyStats, base: LatencyStats | None) -> LatencyStats:
                         sum=max(cur.sum - base.sum, 0), histogram=tuple(pairs))
 
 
-def _sub_pairs(cur: dict[str, tuple[int, int]],
-               base: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+K = TypeVar("K", bound=Hashable)
+
+
+def _sub_pairs(cur: dict[K, tuple[int, int]],
+               base: dict[K, tuple[int, int]]) -> dict[K, tuple[int, int]]:
+    """(count, total) pairs counted from ``base`` on; keys whose count did not grow go."""
     out = {}
     for k, (c, w) in cur.items():
         bc, bw = base.get(k, (0, 0))
@@ -106,18 +111,8 @@ def since(cur: Snapshot, base: Snapshot | None) -> Snapshot:
     st, bst = cur.steals, base.steals
     stw_count = cur.stw_count - base.stw_count
     stw_max = max((e - s for s, e in cur.stw_spans if s >= base.now), default=0)
-    by_addr = {}
-    for a, (c, w) in cur.mutex_by_addr.items():
-        bc, bw = base.mutex_by_addr.get(a, (0, 0))
-        if c - bc > 0:
-            by_addr[a] = (c - bc, w - bw)
     lbr = {k: latency_delta(v, base.latency_by_reason.get(k))
            for k, v in cur.latency_by_reason.items()}
-    lbrp: dict[tuple[str, int], tuple[int, int]] = {}
-    for rp, (c, w) in cur.latency_by_reason_proc.items():
-        bc, bw = base.latency_by_reason_proc.get(rp, (0, 0))
-        if c - bc > 0:
-            lbrp[rp] = (c - bc, w - bw)
     runtime = cur.runtime
     if runtime is not None and base.runtime is not None:
         runtime = dataclasses.replace(
@@ -132,7 +127,8 @@ def since(cur: Snapshot, base: Snapshot | None) -> Snapshot:
         goroutines_exited=cur.goroutines_exited - base.goroutines_exited,
         sched_latency=latency_delta(cur.sched_latency, base.sched_latency),
         latency_by_reason={k: v for k, v in lbr.items() if v.count},
-        latency_by_reason_proc=lbrp,
+        latency_by_reason_proc=_sub_pairs(cur.latency_by_reason_proc,
+                                          base.latency_by_reason_proc),
         park_reasons=tuple(parks),
         steals=StealStats(st.attempts - bst.attempts, st.count - bst.count,
                           st.goroutines - bst.goroutines, matrix),
@@ -149,7 +145,7 @@ def since(cur: Snapshot, base: Snapshot | None) -> Snapshot:
         mutex_contentions=cur.mutex_contentions - base.mutex_contentions,
         mutex_wait_ns=cur.mutex_wait_ns - base.mutex_wait_ns,
         mutex_stacks=_stacks(cur.mutex_stacks, base.mutex_stacks),
-        mutex_by_addr=by_addr,
+        mutex_by_addr=_sub_pairs(cur.mutex_by_addr, base.mutex_by_addr),
         waits_by_kind=_sub_pairs(cur.waits_by_kind, base.waits_by_kind),
         wait_stacks=_stacks(cur.wait_stacks, base.wait_stacks),
         illegal_transitions=cur.illegal_transitions - base.illegal_transitions,
