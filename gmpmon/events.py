@@ -83,7 +83,8 @@ LOST               a0 = records dropped in the kernel since the previous LOST (r
 WINDOW             Hot probes attached (a0=1) or detached (a0=0): delimits the windows in
                    which timeline events are complete (``default`` mode's duty cycle).
                    a1 = the window's planned length ns (a0=1; 0 if not planned), or how
-                   far past its planned end it was detached, ns (a0=0).
+                   far past its planned end it was detached, ns (a0=0). a0=2: a trigger's
+                   burst extended the open window to ts + a1 (the probes stay attached).
 COST               The budget controller's account, cumulative since attach: m = budget in
                    thousandths of a percent, g = windows that overstayed their plan by more
                    than 50 ms | (trigger bursts << 20) | (windows closed early because their

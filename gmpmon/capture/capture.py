@@ -402,9 +402,10 @@ class Capture:
 
     def _window_facts(self, facts: list[WindowFact]) -> None:
         for f in facts:
-            self.stats.windows += f.on
+            self.stats.windows += f.on and not f.extended
             a1 = f.planned_ns if f.on else f.overstay_ns
-            self._pending.append((f.ts, Kind.WINDOW, -1, 0, 0, int(f.on), a1))
+            a0 = (2 if f.extended else 1) if f.on else 0
+            self._pending.append((f.ts, Kind.WINDOW, -1, 0, 0, a0, a1))
 
     def _cost_event(self, now: int) -> None:
         c = self.hotctl.status if self.hotctl is not None else None

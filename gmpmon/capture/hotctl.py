@@ -13,11 +13,12 @@ two maps by fd, and the child does everything about windows itself, by raw bpf(2
   else runs in it, so it wakes on time. A window found open more than OVERSTAY_NS past its
   plan anyway (the machine stalled it) is closed at once and reported.
 - a trigger (a ``burst`` line from the parent) opens a window of the burst's length now, if
-  the budget's horizon allows it.
+  the budget's horizon allows it; if a window is open, it is extended to the burst's end.
 
 The parent reads its stdout, one line per fact:
 ``W 1 <ts> <planned_ns> <burst>`` before a window is attached (so any hot record in the ring
-buffer is newer than the WINDOW event that announces it), ``W 0 <ts> <overstay_ns>`` before
+buffer is newer than the WINDOW event that announces it), ``W 2 <ts> <burst_ns> <burst>`` when
+a burst extends the open window to ``ts + burst_ns``, ``W 0 <ts> <overstay_ns>`` before
 it is detached, ``C <json>`` a CostStatus every ACCOUNT_S, ``CAL <seconds>``, ``E <message>``.
 stdin carries the JSON config (one line), then ``burst <ms> <name>`` and ``quit``. On EOF of
 stdin (the parent died) it detaches and exits; its own exit closes the link in any case.
@@ -298,8 +299,11 @@ class Controller:
                 self.say(f"E burst {words[2]} refused: over the budget's horizon")
                 return True
             self.planner.burst_started()
-            if self.link >= 0:  # extend the open window into the burst
-                self.planned_end = max(self.planned_end, time.monotonic_ns() + burst_ns)
+            if self.link >= 0:  # extend the open window into the burst, and say so: the
+                # recording must show that the trigger's burst ran (and until when)
+                now = time.monotonic_ns()
+                self.say(f"W 2 {now} {burst_ns} {words[2]}")
+                self.planned_end = max(self.planned_end, now + burst_ns)
                 self.burst = words[2]
                 self.cost_cap_s += self.burst_cap()
             else:
@@ -345,9 +349,10 @@ def main() -> int:
 class WindowFact:
     on: bool
     ts: int
-    planned_ns: int = 0  # on: the window's planned length
+    planned_ns: int = 0  # on: the window's planned length (extended: the burst's length)
     overstay_ns: int = 0  # off: how far past its planned end it was detached
     burst: str = ""  # on: the trigger that asked for it ("" for a budgeted window)
+    extended: bool = False  # on: a burst extended the window already open
 
 
 def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
@@ -409,9 +414,10 @@ class HotControl:
             tag, _, rest = line.partition(" ")
             if tag == "W":
                 w = rest.split()
-                if w[0] == "1":
+                if w[0] in ("1", "2"):
                     facts.append(WindowFact(True, int(w[1]), planned_ns=int(w[2]),
-                                            burst="" if w[3] == "-" else w[3]))
+                                            burst="" if w[3] == "-" else w[3],
+                                            extended=w[0] == "2"))
                 else:
                     facts.append(WindowFact(False, int(w[1]), overstay_ns=int(w[2])))
             elif tag == "C":

@@ -234,19 +234,28 @@ def private_copy(exe: Path, tag: str) -> Path:
     return out
 
 
+def fd_links(pid: int) -> dict[str, str]:
+    """What each open fd of a process points at. A live process opens and closes fds (gmpmon
+    reads /proc while we list), so an fd gone between the listing and its readlink is skipped."""
+    out: dict[str, str] = {}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            out[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+    return out
+
+
 def bpf_fds(pid: int) -> list[str]:
     """BPF programs, maps, links and perf events a process holds open."""
     out = []
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link in BPF_FD_KINDS:
-                out.append(f"{fd} -> {link}")
-    except OSError:
-        pass
+    for fd, link in fd_links(pid).items():
+        if link in BPF_FD_KINDS:
+            out.append(f"{fd} -> {link}")
     return out
 
 
@@ -368,7 +377,7 @@ def test_leftover_checks_see_a_live_attachment() -> None:
         assert uprobes_on(-1, holders=[g.pid])  # and by who holds them
         assert bpf_fds(g.pid)
         # No network listener, nor any socket at all, in a live gmpmon.
-        socks = [os.readlink(f"/proc/{g.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{g.pid}/fd")]
+        socks = list(fd_links(g.pid).values())
         assert not [s for s in socks if s.startswith("socket:")], socks
         with pytest.raises(AssertionError):
             assert_nothing_left(t.pid, [g.pid], str(exe), settle_s=0)
