@@ -100,6 +100,14 @@ class RecordingControl(Protocol):
 
 
 @runtime_checkable
+class TriggerControl(Protocol):
+    """Live sources also implement this: the TUI's trigger key (``--trigger key``)."""
+
+    def trigger(self, metric: str = "key") -> bool:
+        """Fire the manual trigger; False if the user gave no such ``--trigger``."""
+
+
+@runtime_checkable
 class SeekControl(Protocol):
     """Replay sources also implement this: pause, step and seek."""
 

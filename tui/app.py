@@ -27,7 +27,7 @@ from gmpmon.export.folded import FoldedExporter
 from gmpmon.files import unique_path, write_new_private
 from gmpmon.model.delta import since
 from gmpmon.model.snapshot import Snapshot
-from gmpmon.source import RecordingControl, SeekControl, SnapshotSource
+from gmpmon.source import RecordingControl, SeekControl, SnapshotSource, TriggerControl
 from gmpmon.tui.history import GHistory
 from gmpmon.tui.messages import SnapshotReady, SourceFailed
 from gmpmon.tui.render import NS_PER_S, fmt_ns
@@ -97,6 +97,7 @@ class GmpmonApp(App[None]):
         Binding("o", "toggle_order", "Order", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("t", "toggle_recent", "Recent"),
+        Binding("exclamation_mark", "fire_trigger", "Trigger", key_display="!"),
         Binding("z", "reset_counters", "Reset"),
         Binding("T", "pick_target", "Targets", show=False),
         Binding("left", f"step({-STEP_NS})", "Step", priority=True, key_display="←→"),
@@ -129,6 +130,9 @@ class GmpmonApp(App[None]):
         self.seek: SeekControl | None = source if isinstance(source, SeekControl) else None
         self.recorder: RecordingControl | None = (
             source if source.live and isinstance(source, RecordingControl) else None
+        )
+        self.triggers: TriggerControl | None = (
+            source if source.live and isinstance(source, TriggerControl) else None
         )
         self.source_closed = False
         self.history = GHistory()  # states seen per goroutine, for its details screen
@@ -307,6 +311,8 @@ class GmpmonApp(App[None]):
             return self.recorder is not None
         if action == "no_recording":
             return self.recorder is None
+        if action == "fire_trigger":
+            return self.triggers is not None
         if action in ("pause", "resume"):
             # Two bindings share p/space: the footer says "Pause" or "Resume", never both.
             return self.paused == (action == "resume")
@@ -426,6 +432,18 @@ class GmpmonApp(App[None]):
         except Exception as e:  # GmpmonError or OSError from the capture side
             self.notify(f"recording failed: {e}", severity="error")
         self.query_one(StatusHeader).recording = rec.recording_path()
+
+    def action_fire_trigger(self) -> None:
+        """`!`: the flight recorder's manual trigger (``--trigger key``): a burst of hot
+        probes, a dump in --dump-dir, and a mark on the Procs timeline."""
+        if self.triggers is None:
+            return
+        if self.triggers.trigger("key"):
+            self.notify("trigger fired: a burst of hot probes (and a dump, with --dump-dir)",
+                        title="trigger")
+        else:
+            self.notify("no trigger on this key: start gmpmon with --trigger key "
+                        "--dump-dir DIR", severity="warning")
 
     def action_pick_target(self) -> None:
         pick_target(self)

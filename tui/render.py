@@ -227,6 +227,29 @@ def timeline_text(cells: Sequence[Cell]) -> Text:
     return text
 
 
+TRIGGER_MARK = "▼"
+TRIGGER_COLOUR = "bold #f0883e"
+
+
+def trigger_marks(triggers: Sequence[tuple[int, int]], lo: int, cell_ns: int, width: int
+                  ) -> Text | None:
+    """A line of ``width`` timeline cells with a mark in each cell where a ``--trigger``
+    fired (``triggers``: (ts, index) from Snapshot.triggers); None if none is in view."""
+    if width <= 0 or cell_ns <= 0:
+        return None
+    cols = sorted({(ts - lo) // cell_ns for ts, _ in triggers if lo <= ts < lo + cell_ns * width})
+    if not cols:
+        return None
+    text = Text(no_wrap=True, overflow="crop")
+    at = 0
+    for c in cols:
+        text.append(" " * (c - at))
+        text.append(TRIGGER_MARK, style=TRIGGER_COLOUR)
+        at = c + 1
+    text.append(" " * (width - at))
+    return text
+
+
 LEGEND: tuple[tuple[str, str, str], ...] = (
     ("▁▄█", RUNNING_COLOURS[0], "running"),
     ("░▒▓", SYSCALL_COLOUR, "syscall"),

@@ -13,7 +13,7 @@ Go 1.25's ``trace.FlightRecorder`` needs code in the program; these need none. C
                            runtime's own pause histograms)
 ``goroutines+>1000/s``     goroutine count (``gcount``, RT_SCHED) growing faster than that
 ``sigusr1``                gmpmon received SIGUSR1
-``key``                    the TUI's trigger key
+``key``                    the TUI's `!` key
 =========================  ==================================================================
 
 Units: ``ns``, ``us``, ``ms``, ``s`` for times (default ms), ``/s`` for rates. A trigger

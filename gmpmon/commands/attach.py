@@ -73,7 +73,7 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
         "--trigger", action="append", default=[], metavar="COND",
         help="flight recorder: when COND holds, arm the hot probes for --burst and dump a "
         "recording to --dump-dir. COND: latency.p99>5ms (the runtime's own histogram), "
-        "runq>256, stw>10ms, goroutines+>1000/s, sigusr1, key (the TUI's t). Repeatable",
+        "runq>256, stw>10ms, goroutines+>1000/s, sigusr1, key (the TUI's !). Repeatable",
     )
     p.add_argument("--burst", type=float, default=500.0, metavar="MS",
                    help="how long a trigger arms the hot probes (default: %(default)s)")

@@ -189,3 +189,35 @@ def test_keyboard_scrolls_the_scheduling_view_and_enter_opens_a_goroutine(
     done = _wait_for(tmux_session, lambda t: "GMPMON_EXIT=" in t, 30)
     assert "GMPMON_EXIT=0" in done and "Traceback" not in done, done
     assert workload.poll() is None
+
+
+def test_the_trigger_key_fires_a_dump_and_marks_the_timeline(
+    workload: subprocess.Popen[bytes], tmux_session: str, tmp_path: Path
+) -> None:
+    """#13: `!` in the TUI fires `--trigger key`: a dump is written to --dump-dir, and the
+    Procs timeline gets a ▼ on its trigger line, in a real terminal."""
+    repo = Path(__file__).resolve().parents[2]
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    cmd = (f"cd {repo} && {sys.executable} -m gmpmon attach {workload.pid} --trigger key "
+           f"--burst 200 --dump-dir {dumps}; echo GMPMON_EXIT=$?; sleep 600")
+    _tmux("new-session", "-d", "-s", tmux_session, "-x", str(COLS), "-y", str(ROWS), cmd)
+    _wait_for(tmux_session, lambda t: "GOMAXPROCS" in t and _p_rows(t), 30)
+    before = _pane(tmux_session)
+    assert "▼" not in before and "!" in before, before  # the footer offers the key
+    _tmux("send-keys", "-t", tmux_session, "!")
+    marked = _wait_for(tmux_session, lambda t: re.search(r"^ *trigger +▼", t, re.M), 15)
+    assert "trigger fired" in marked or "▼" in marked, marked
+    # The dump: written once the burst and the seconds after it are in.
+    deadline = time.monotonic() + 20
+    while not list(dumps.glob("gmpmon-*-key.gmp")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    files = list(dumps.glob("gmpmon-*-key.gmp"))
+    _tmux("send-keys", "-t", tmux_session, "q")
+    done = _wait_for(tmux_session, lambda t: "GMPMON_EXIT=" in t, 30)
+    assert "GMPMON_EXIT=0" in done and "Traceback" not in done, done
+    assert len(files) == 1, (list(dumps.iterdir()), done)
+    r = subprocess.run([sys.executable, "-m", "gmpmon", "replay", str(files[0]), "--no-tui"],
+                       capture_output=True, text=True, timeout=60, cwd=repo)
+    assert r.returncode == 0, r.stderr
+    assert workload.poll() is None

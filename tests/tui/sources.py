@@ -23,6 +23,8 @@ class ListSource:
         self.closed = 0
         self.recording: str | None = None
         self.recordings: list[str] = []
+        self.armed: tuple[str, ...] = ()  # the --trigger metrics given
+        self.fired: list[str] = []
         self._lock = threading.Lock()
 
     def latest(self) -> Snapshot | None:
@@ -56,6 +58,11 @@ class ListSource:
 
     def recording_path(self) -> str | None:
         return self.recording
+
+    # TriggerControl: as LiveSession.trigger, True only for a trigger the user asked for
+    def trigger(self, metric: str = "key") -> bool:
+        self.fired.append(metric)
+        return metric in self.armed
 
 
 class SeekListSource(ListSource):

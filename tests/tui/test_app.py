@@ -250,3 +250,49 @@ async def test_a_failing_close_still_quits_and_keeps_the_error(live_source: List
         await pilot.pause()
     assert live_source.closed == 1
     assert isinstance(app.close_error, GmpmonError)
+
+
+async def test_trigger_key_fires_the_key_trigger_and_says_what_happened(
+        live_source: ListSource) -> None:
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await pilot.press("exclamation_mark")
+        await pilot.pause()
+        assert live_source.fired == ["key"]
+        assert any("--trigger key" in str(n.message) for n in app._notifications)
+        live_source.armed = ("key",)
+        await pilot.press("exclamation_mark")
+        await pilot.pause()
+        assert live_source.fired == ["key", "key"]
+        assert any("trigger fired" in str(n.message) for n in app._notifications)
+
+
+async def test_trigger_key_does_nothing_in_a_replay(replay_source: SeekListSource) -> None:
+    app = make_app(replay_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await pilot.press("exclamation_mark")
+        await pilot.pause()
+        assert replay_source.fired == []
+
+
+async def test_procs_timeline_marks_each_trigger_in_view(live_source: ListSource) -> None:
+    snap = live_source.latest()
+    assert snap is not None
+    # One trigger 1 s before now, one long before the strip's 5 s (not in view).
+    marked = dataclasses.replace(snap, triggers=((snap.now - 1_000_000_000, 0),
+                                                 (snap.now - 60_000_000_000, 0)))
+    live_source.snapshots = [marked]
+    live_source.index = 0
+    app = make_app(live_source, refresh_hz=FAST_HZ)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await settle(pilot)
+        table = app.query_one(ProcTable)
+        text = str(table.render())
+        lines = text.splitlines()
+        row = next(ln for ln in lines if ln.lstrip().startswith("trigger"))
+        assert row.count("▼") == 1, text
+        # The mark sits in the timeline cell of its time: 1 s before "now" at the right.
+        width = len(lines[0])
+        cell_ns = table.cell_ns
+        col = row.index("▼")
+        assert abs((width - 1 - col) * cell_ns - 1_000_000_000) <= 2 * cell_ns, (col, width)

@@ -147,8 +147,15 @@ def test_64_ps_busy_first_idle_folded_heat_strip(snap_compare: Any) -> None:
 
 
 def test_help(snap_compare: Any) -> None:
-    assert snap_compare(make_app(replay("sleeper", 1.0)), press=["question_mark"],
-                        terminal_size=(80, 24))
+    def check(t: str) -> None:
+        # The keys a user needs first have their line on the first screen (the newest: !
+        # for --trigger key); the rest scroll.
+        for key in ("1-5", "p / space", "e ", "r ", "! ", "z  t", "+ -", "← →", "[ ]"):
+            assert any(line.lstrip("│ ").startswith(key) for line in t.splitlines()), (key, t)
+        assert "--trigger key" in t, t
+
+    assert snap_compare(make_app(replay("sleeper", 1.0)), terminal_size=(80, 24),
+                        run_before=facts(["question_mark"], check))
 
 
 @pytest.mark.parametrize(

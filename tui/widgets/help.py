@@ -19,6 +19,7 @@ up down j k       scroll (PgUp PgDn, g G: top/bottom; home end when live)
 p / space         pause / resume: freeze the numbers shown (a replay pauses too)
 e                 export the contended mutex stacks now (folded format)
 r                 start / stop recording events to a file (live only)
+!                 live, with --trigger key: fire it (burst, dump, a ▼ on the timeline)
 z  t              reset the counters (count from now); last 10 s / since attach
 + -  o            Procs: time per timeline cell; busiest Ps first / by id
 ← →               replay: step back / forward 100 ms (shift: 1 s)

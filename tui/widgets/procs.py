@@ -24,6 +24,7 @@ from gmpmon.tui.render import (
     last_known_state,
     legend,
     timeline_text,
+    trigger_marks,
 )
 from gmpmon.tui.widgets.scroll import KeyScroll
 
@@ -96,6 +97,12 @@ class ProcTable(Widget):
             label = f"{fmt_ns(cell_ns)}/cell, last {fmt_ns(cell_ns * tl_w)}"
             head.append(label[: tl_w - 4].ljust(tl_w - 3) + "now")
         lines = [head]
+        marks = trigger_marks(snap.triggers, lo, cell_ns, tl_w) if tl_w >= 12 else None
+        if marks is not None:  # where a --trigger fired (a dump and a burst of hot probes)
+            row = Text(no_wrap=True, overflow="crop")
+            row.append("trigger".rjust(fixed - 1)[: fixed - 1] + " ", style="dim")
+            row.append_text(marks)
+            lines.append(row)
         procs = list(snap.procs)
         many = len(procs) > MANY_PS
         if self.ordered_busy_first(snap):
