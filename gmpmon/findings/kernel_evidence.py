@@ -12,13 +12,29 @@ from gmpmon.model.kernelview import KernelView
 _RUNTIME = ("runtime.", "internal/", "syscall.", "sync.", "[")
 
 
+def _is_program(frame: str) -> bool:
+    """A frame of the program (main, or a module: github.com/x/y.F), not of Go's standard
+    library (time.now, net/http.(*conn).serve): a standard package's path has no dot in its
+    first element."""
+    slash = frame.rfind("/")
+    pkg = frame[: slash + 1] + frame[slash + 1 :].split(".", 1)[0]
+    first = pkg.split("/", 1)[0]
+    return pkg == "main" or "." in first
+
+
 def own_frame(stack: tuple[str, ...]) -> str:
-    """The innermost frame of the program's own code (stacks are root first); "" if none
-    (runtime.goexit and the like are not the program's)."""
+    """The innermost frame of the program's own code (stacks are root first): of main or a
+    module if there is one, else of the standard library; "" if none (runtime.goexit and the
+    like are not the program's). A goroutine sampled in time.now inside main.poll is at
+    main.poll."""
+    fallback = ""
     for f in reversed(stack):
-        if not f.startswith(_RUNTIME):
+        if f.startswith(_RUNTIME):
+            continue
+        if _is_program(f):
             return f
-    return ""
+        fallback = fallback or f
+    return fallback
 
 
 def goroutine_stacks(kern: KernelView | None) -> dict[int, tuple[int, tuple[str, ...]]]:

@@ -460,3 +460,20 @@ def test_same_findings_whatever_the_batching() -> None:
         model.feed(Batch(chunk))
     model.flush()
     assert snapshot_with_findings(model).findings == one.findings
+
+
+def test_a_goroutines_own_frame_is_the_programs_not_the_standard_librarys() -> None:
+    """The site named for a goroutine (syscall-handoff's syscall_site, a row's function) is
+    its innermost frame of main or of a module; the standard library only when it has
+    nothing else. CI once named `time.now` (sampled around a nanosleep in main.main.func1)."""
+    from gmpmon.findings.kernel_evidence import own_frame
+
+    assert own_frame(("runtime.goexit.abi0", "main.main.func1", "time.Now", "time.now")) == \
+        "main.main.func1"
+    assert own_frame(("runtime.goexit", "net/http.(*conn).serve", "main.handler",
+                      "encoding/json.Marshal")) == "main.handler"
+    assert own_frame(("runtime.goexit", "github.com/a/b.(*T).Run", "sync.(*Mutex).Lock")) == \
+        "github.com/a/b.(*T).Run"
+    assert own_frame(("runtime.goexit", "net/http.(*conn).serve", "bufio.(*Reader).Read")) == \
+        "bufio.(*Reader).Read"
+    assert own_frame(("runtime.goexit", "runtime.gcBgMarkWorker")) == ""
