@@ -481,6 +481,14 @@ class Sched(Part):
         ts, _, p, _m, _g, _a0, _a1 = e
         if p >= 0:
             pp = self.proc(p, ts)
+            gg = self.gs.get(pp.goid) if pp.goid else None
+            if gg is not None and gg.epoch == self.epoch and gg.state == G_RUNNING \
+                    and gg.p == p:
+                # Its G was seen leaving a syscall with this P, but sysmon retook the P
+                # first (the exit probe reads the P before exitsyscall's CAS fails): the G
+                # is queued, not running (spawn.gmp: SYSCALL_EXIT P0, HANDOFF P0 35 us
+                # later, then the G's EXECUTE on P0 by another M).
+                gg.state = G_UNKNOWN
             pp.m = 0
             self.p_to(pp, ts, P_IDLE, 0)
 

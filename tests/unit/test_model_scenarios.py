@@ -135,6 +135,32 @@ def test_syscall_with_p_kept_and_syscall_steal_proc() -> None:
     assert proc(s, 1).state is PState.SYSCALL and proc(s, 1).goid == 5
 
 
+def test_syscall_exit_that_loses_its_p_to_a_retake_is_not_a_violation() -> None:
+    """Seen in a fresh spawn recording: the exit probe read P0, but sysmon retook P0 before
+    exitsyscall's CAS (HANDOFF P0 35 us later); the G was queued and another M executed it
+    on P0. The G was not running in between: no violation."""
+    s = run(
+        [
+            ev(0, Kind.EXECUTE, p=0, m=100, g=1),
+            ev(10, Kind.SYSCALL_ENTER, p=0, m=100, g=1),
+            ev(20, Kind.SYSCALL_EXIT, p=0, m=100, g=1),
+            ev(55, Kind.HANDOFF, p=0, m=99, g=1),
+            ev(100, Kind.EXECUTE, p=0, m=102, g=1),
+        ]
+    )
+    assert s.illegal_transitions == 0, s.violations
+    assert proc(s, 0).state is PState.RUNNING and proc(s, 0).goid == 1
+    # A G that is running on another P when its old P is handed off stays running.
+    s = run(
+        [
+            ev(0, Kind.EXECUTE, p=1, m=100, g=1),
+            ev(10, Kind.HANDOFF, p=0, m=99),
+            ev(20, Kind.EXECUTE, p=1, m=100, g=1),
+        ]
+    )
+    assert s.illegal_transitions == 1  # running twice without leaving: still a violation
+
+
 def test_steal_of_runnext() -> None:
     # G1 on P0 readies G2 into P0's runnext; idle P1 steals it (runqgrab returns 1).
     s = run(
