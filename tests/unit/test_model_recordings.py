@@ -159,3 +159,33 @@ def test_every_recording_replays_deterministically_and_exports(name: str, tmp_pa
     assert all(LINE_RE.match(line) for line in folded)
     assert len(folded) == len({ms.stack for ms in a.mutex_stacks if ms.wait_ns})
     assert all(p.state in PState for p in a.procs)
+
+
+@pytest.mark.parametrize("name", ["sleeper"])
+def test_kernel_and_event_latency_paths_agree_on_the_recordings(name: str) -> None:
+    """Full-mode recordings carry both latency paths: the in-kernel histogram (COUNTER
+    SCHED_LAT) and READY/EXECUTE events, stamped with the same clock reading
+    (docs/accuracy.md). They must give the same distribution: <= 1% of the samples in
+    another bucket, the same p50/p90/p99 buckets. sleeper.gmp, recorded before the stamps
+    were unified, gave p90/p99 28.7/41.0 µs from events against 32.8/49.2 µs; re-captured
+    (scripts/record-fixtures sleeper), 0 of 100 differ. The other full-mode files predate
+    the fix (34 of 181 differ on mutex.gmp): re-capturing them changes the TUI goldens'
+    pictures, and is left for a change of its own; add each here when it is re-captured."""
+    from gmpmon.model import hist
+
+    rec = read_recording(str(DATA / f"{name}.gmp"))
+    m = Model(rec.header)
+    for b in rec:
+        m.feed(b)
+    m.flush()
+    lat = m.latency
+    assert lat.hist.seen, "no in-kernel histogram in this recording"
+    ev = hist.stats(lat.hist.events, exact_max=lat.max, exact_sum=lat.sum)
+    kern = hist.stats(lat.hist.kernel)
+    diff = sum(abs(a - b) for a, b in zip(lat.hist.events, lat.hist.kernel, strict=True))
+    print(f"{name}: events {ev.count} p50/p90/p99 {ev.p50}/{ev.p90}/{ev.p99}, kernel "
+          f"{kern.count} {kern.p50}/{kern.p90}/{kern.p99}, {diff} in another bucket")
+    assert ev.count >= 50
+    assert abs(ev.count - kern.count) <= max(ev.count // 100, 1)
+    assert diff <= max(ev.count // 100, 2), (diff, ev.count)
+    assert (ev.p50, ev.p90, ev.p99) == (kern.p50, kern.p90, kern.p99)
