@@ -204,7 +204,7 @@ def test_the_trigger_key_fires_a_dump_and_marks_the_timeline(
     _tmux("new-session", "-d", "-s", tmux_session, "-x", str(COLS), "-y", str(ROWS), cmd)
     _wait_for(tmux_session, lambda t: "GOMAXPROCS" in t and _p_rows(t), 30)
     before = _pane(tmux_session)
-    assert "▼" not in before and "!" in before, before  # the footer offers the key
+    assert "▼" not in before, before
     _tmux("send-keys", "-t", tmux_session, "!")
     marked = _wait_for(tmux_session, lambda t: re.search(r"^ *trigger +▼", t, re.M), 15)
     assert "trigger fired" in marked or "▼" in marked, marked
