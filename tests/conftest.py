@@ -8,8 +8,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
+import tempfile
 
 import pytest
 
@@ -23,6 +26,13 @@ for _sig, _default in ((signal.SIGINT, signal.default_int_handler),
                        (signal.SIGQUIT, signal.SIG_DFL)):
     if signal.getsignal(_sig) == signal.SIG_IGN:
         signal.signal(_sig, _default)
+
+
+# `gmpmon ps` keeps a layout cache (root: /var/cache/gmpmon): the suite's gmpmons use a
+# directory of their own instead, removed at exit (tests of the cache set theirs).
+if "GMPMON_CACHE_DIR" not in os.environ:
+    os.environ["GMPMON_CACHE_DIR"] = tempfile.mkdtemp(prefix="gmpmon-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["GMPMON_CACHE_DIR"], True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

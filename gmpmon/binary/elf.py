@@ -213,8 +213,8 @@ class Elf:
 
     # -- symbols ----------------------------------------------------------------------------
 
-    def symbols(self) -> list[Symbol] | None:
-        """Function and object symbols from .symtab, or None when the binary is stripped."""
+    def symtab(self) -> tuple[bytes, bytes] | None:
+        """(.strtab, .symtab) bytes, or None when the binary is stripped."""
         s = self.sections.get(".symtab")
         if s is None or s.type != SHT_SYMTAB or not self.is64:
             return None
@@ -224,7 +224,14 @@ class Elf:
             raise BinaryFormatError(f"{self.path}: .symtab string table index {s.link} is bad")
         strsec = self._by_index[s.link]
         names = self.bytes_at(strsec.offset, strsec.size, ".strtab")
-        data = self.bytes_at(s.offset, s.size - s.size % 24, ".symtab")
+        return names, self.bytes_at(s.offset, s.size - s.size % 24, ".symtab")
+
+    def symbols(self) -> list[Symbol] | None:
+        """Function and object symbols from .symtab, or None when the binary is stripped."""
+        tables = self.symtab()
+        if tables is None:
+            return None
+        names, data = tables
         out: list[Symbol] = []
         for name_off, info, _other, _shndx, value, size in struct.iter_unpack("<IBBHQQ", data):
             stype = info & 0xF

@@ -73,45 +73,75 @@ for _i in range(8, 16):
         _REG64[_v] = f"r{_i}"
 
 
+_R64_BY_ID: dict[int, str] = {}
+
+
 def _r64(md: Any, reg: int) -> str:
-    name: str = md.reg_name(reg) or ""
-    return _REG64.get(name, name)
+    r = _R64_BY_ID.get(reg)
+    if r is None:
+        name: str = md.reg_name(reg) or ""
+        r = _R64_BY_ID[reg] = _REG64.get(name, name)
+    return r
+
+
+_JUMP, _CALL, _RET = capstone.CS_GRP_JUMP, capstone.CS_GRP_CALL, capstone.CS_GRP_RET
+_IMM, _MEM, _REG, _RIP = x86.X86_OP_IMM, x86.X86_OP_MEM, x86.X86_OP_REG, x86.X86_REG_RIP
+_OPERANDS_OF = frozenset({"mov", "xchg", "xadd"})  # the mnemonics whose operands matter
 
 
 def decode(name: str, entry: int, code: bytes) -> Decoded:
+    """The refs and calls of one function. Capstone's Python detail objects cost most of
+    ``ps``'s time on a stripped binary, so each instruction's groups are read once, its
+    operands only when it is a branch, names a RIP-relative address ("rip" in its text) or
+    is a mov/xchg/xadd, and its register writes only while some register is tracked or it
+    sets one: exactly what looking at everything would give (tests/unit/test_globals.py
+    compares it with that, function by function)."""
     insns = list(_MD.disasm(code, entry))
+    groups = [ins.groups for ins in insns]
     targets: set[int] = set()
-    for ins in insns:
-        ops = ins.operands
-        if ins.group(capstone.CS_GRP_JUMP) and ops and ops[0].type == x86.X86_OP_IMM:
-            targets.add(ops[0].imm)
+    for ins, g in zip(insns, groups, strict=True):
+        if _JUMP in g:
+            ops = ins.operands
+            if ops and ops[0].type == _IMM:
+                targets.add(ops[0].imm)
     regs: dict[str, tuple[str, int]] = {}  # r64 -> ("addr"|"load"|"imm", value)
     refs: list[Ref] = []
     calls: list[tuple[int, int]] = []
-    for ins in insns:
-        off = ins.address - entry
-        if ins.address in targets:
+    for ins, g in zip(insns, groups, strict=True):
+        address = ins.address
+        off = address - entry
+        if address in targets:
             regs.clear()
-        mn = ins.mnemonic.removeprefix("lock ")
-        ops = ins.operands
-        if ins.group(capstone.CS_GRP_CALL):
-            if ops and ops[0].type == x86.X86_OP_IMM:
+        if _CALL in g:
+            ops = ins.operands
+            if ops and ops[0].type == _IMM:
                 calls.append((off, ops[0].imm))
             regs.clear()
             continue
-        if ins.group(capstone.CS_GRP_JUMP) or ins.group(capstone.CS_GRP_RET):
+        if _JUMP in g or _RET in g:
             regs.clear()
             continue
-        rip = [
-            o for o in ops if o.type == x86.X86_OP_MEM and o.mem.base == x86.X86_REG_RIP
-        ]
+        mn = ins.mnemonic.removeprefix("lock ")
+        has_rip = "rip" in ins.op_str
+        if not has_rip and mn not in _OPERANDS_OF:
+            if regs:  # nothing to learn from it but which tracked registers it writes
+                try:
+                    _read, written = ins.regs_access()
+                except capstone.CsError:
+                    regs.clear()
+                    continue
+                for w in written:
+                    regs.pop(_r64(_MD, w), None)
+            continue
+        ops = ins.operands
+        rip = [o for o in ops if o.type == _MEM and o.mem.base == _RIP] if has_rip else []
         new: tuple[str, int] | None = None
         if rip:
             o = rip[0]
-            target = ins.address + ins.size + o.mem.disp
+            target = address + ins.size + o.mem.disp
             if mn == "lea":
                 kind, new = "lea", ("addr", target)
-            elif mn in ("mov", "movsxd", "movzx") and ops[0].type == x86.X86_OP_REG:
+            elif mn in ("mov", "movsxd", "movzx") and ops[0].type == _REG:
                 kind, new = "load", ("load", target)
             elif mn == "mov":
                 kind = "store"
@@ -122,26 +152,25 @@ def decode(name: str, entry: int, code: bytes) -> Decoded:
             else:
                 kind = "other"
             refs.append(Ref(off, target, kind, 8 if mn == "lea" else o.size))
-        elif mn in ("xchg", "xadd") and len(ops) == 2 and ops[0].type == x86.X86_OP_MEM:
+        elif mn in ("xchg", "xadd") and len(ops) == 2 and ops[0].type == _MEM:
             m = ops[0].mem
             base = _r64(_MD, m.base) if m.base else ""
             held = regs.get(base)
             if held and held[0] == "addr" and m.index == 0 and m.disp == 0:
-                src = regs.get(_r64(_MD, ops[1].reg)) if ops[1].type == x86.X86_OP_REG else None
+                src = regs.get(_r64(_MD, ops[1].reg)) if ops[1].type == _REG else None
                 refs.append(Ref(off, held[1], mn, ops[0].size, src))
-        elif mn == "mov" and len(ops) == 2 and ops[0].type == x86.X86_OP_REG and (
-            ops[1].type == x86.X86_OP_IMM
-        ):
+        elif mn == "mov" and len(ops) == 2 and ops[0].type == _REG and ops[1].type == _IMM:
             new = ("imm", ops[1].imm & 0xFFFFFFFF if ops[0].size == 4 else ops[1].imm)
-        try:
-            _read, written = ins.regs_access()
-        except capstone.CsError:
-            regs.clear()
-            continue
-        for w in written:
-            regs.pop(_r64(_MD, w), None)
-        if new is not None and ops and ops[0].type == x86.X86_OP_REG:
-            regs[_r64(_MD, ops[0].reg)] = new
+        if regs or new is not None:
+            try:
+                _read, written = ins.regs_access()
+            except capstone.CsError:
+                regs.clear()
+                continue
+            for w in written:
+                regs.pop(_r64(_MD, w), None)
+            if new is not None and ops and ops[0].type == _REG:
+                regs[_r64(_MD, ops[0].reg)] = new
     return Decoded(name, entry, tuple(refs), tuple(calls))
 
 

@@ -11,11 +11,15 @@ Nothing here says the address is *right* for a live process: readers call
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gmpmon.binary import finders, pclntab
+from gmpmon.binary import pclntab
 from gmpmon.binary.elf import Elf
+
+if TYPE_CHECKING:
+    from gmpmon.binary import finders
 
 # The globals gmpmon reads from a target's memory (or, for the string arrays, from the file).
 GLOBAL_NAMES: tuple[str, ...] = (
@@ -44,7 +48,7 @@ class Found:
 ALIASES: dict[str, tuple[str, ...]] = {"runtime.ncpu": ("runtime.numCPUStartup",)}
 
 
-def from_symtab(symtab_globals: dict[str, tuple[int, int]]) -> dict[str, Found]:
+def from_symtab(symtab_globals: Mapping[str, tuple[int, int]]) -> dict[str, Found]:
     """The wanted globals present in .symtab (name -> (value, size))."""
     out: dict[str, Found] = {}
     for name in GLOBAL_NAMES:
@@ -78,6 +82,8 @@ def from_code(
     offsets: dict[str, int],
 ) -> tuple[dict[str, Found], dict[str, str]]:
     """Globals found by the disassembly finders, and why each other one was not."""
+    from gmpmon.binary import finders  # capstone: imported only for a stripped binary
+
     ranges = pclntab.moduledata_ranges(elf)
     if ranges is None:
         return {}, {f.name: "no moduledata: data/bss bounds unknown" for f in finders.FINDERS}
@@ -107,7 +113,7 @@ def from_code(
 
 def find_globals(
     elf: Elf,
-    symtab_globals: dict[str, tuple[int, int]],
+    symtab_globals: Mapping[str, tuple[int, int]],
     resolve: Callable[[str], tuple[int, int] | None],
     name_at: Callable[[int], str | None],
     offsets: dict[str, int],

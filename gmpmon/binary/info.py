@@ -57,18 +57,31 @@ class FuncTab:
     starts: tuple[int, ...]
     ends: tuple[int, ...]
     names: tuple[str, ...]
+    # False for a BinaryInfo loaded without it (``load_elf(functab=False)``, ``gmpmon ps``):
+    # a lookup then is a bug, not an unknown frame.
+    loaded: bool = True
+
+    def _check(self) -> None:
+        if not self.loaded:
+            raise RuntimeError("this BinaryInfo was loaded without its function table")
 
     def lookup(self, pc: int) -> str | None:
+        if not self.loaded:
+            self._check()
         i = bisect.bisect_right(self.starts, pc) - 1
         if i >= 0 and pc < self.ends[i]:
             return self.names[i]
         return None
 
     def range_of(self, name: str) -> tuple[int, int] | None:
+        self._check()
         for s, e, n in zip(self.starts, self.ends, self.names, strict=True):
             if n == name:
                 return s, e
         return None
+
+
+UNLOADED_FUNCTAB = FuncTab((), (), (), loaded=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import stat
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
-from gmpmon.binary import dwarf, pclntab, probes, table
+from gmpmon.binary import dwarf, pclntab, table
 from gmpmon.binary.buildinfo import go_minor, read_buildinfo_version
 from gmpmon.binary.elf import ET_DYN, ET_EXEC, STT_FUNC, Elf
 from gmpmon.binary.globals import GLOBAL_NAMES, find_globals
-from gmpmon.binary.info import BinaryInfo, FuncTab, ProbeSite
+from gmpmon.binary.info import UNLOADED_FUNCTAB, BinaryInfo, FuncTab, ProbeSite
+from gmpmon.binary.symindex import PclntabIndex, SymtabIndex
 from gmpmon.errors import (
     BinaryFormatError,
     GmpmonError,
@@ -21,6 +23,7 @@ from gmpmon.errors import (
     TargetError,
     UnsupportedError,
 )
+from gmpmon.probetable import Role
 
 MIN_MINOR = 19
 # go1.20 had no toolchain to verify against (go-runtime.md): refused rather than guessed.
@@ -34,12 +37,30 @@ MAX_STRINGS = 512
 
 
 class _Funcs:
-    """Function symbols: name -> candidate (entry, size) list; all functions for FuncTab."""
+    """Function symbols: name -> candidate (entry, size) list; all functions for FuncTab.
 
-    def __init__(self, elf: Elf) -> None:
+    ``table=False``: no FuncTab (UNLOADED_FUNCTAB) and no walk of every symbol; names are
+    looked up one by one (gmpmon.binary.symindex), with the same answers."""
+
+    def __init__(self, elf: Elf, *, table: bool = True) -> None:
         self.elf = elf
         self.by_name: dict[str, list[tuple[int, int]]] = {}
-        self.globals: dict[str, tuple[int, int]] = {}
+        self.globals: Mapping[str, tuple[int, int]] = {}
+        self._sym: SymtabIndex | None = None
+        self._pcln: PclntabIndex | None = None
+        self._walked: FuncTab | None = None
+        self.functab = UNLOADED_FUNCTAB
+        if not table:
+            tables = elf.symtab()
+            self.from_symtab = tables is not None
+            if tables is not None:
+                self._sym = SymtabIndex(elf, *tables)
+                self.globals = self._sym.objects
+            else:
+                self._pcln = PclntabIndex(elf)
+            return
+        globals_: dict[str, tuple[int, int]] = {}
+        self.globals = globals_
         syms = elf.symbols()
         self.from_symtab = syms is not None
         rows: list[tuple[int, int, str]] = []
@@ -49,17 +70,32 @@ class _Funcs:
                     self.by_name.setdefault(s.name, []).append((s.value, s.size))
                     rows.append((s.value, s.value + s.size, s.name))
                 else:
-                    self.globals.setdefault(s.name, (s.value, s.size))
+                    globals_.setdefault(s.name, (s.value, s.size))
         else:
             for name, start, end in pclntab.read_pclntab(elf):
                 self.by_name.setdefault(name, []).append((start, end - start))
                 rows.append((start, end, name))
-        rows.sort()
-        self.functab = FuncTab(
-            starts=tuple(r[0] for r in rows),
-            ends=tuple(r[1] for r in rows),
-            names=tuple(r[2] for r in rows),
-        )
+        self.functab = _functab(rows)
+
+    def candidates(self, name: str) -> list[tuple[int, int]]:
+        if self._sym is not None:
+            return self._sym.functions(name)
+        if self._pcln is not None:
+            return self._pcln.functions(name)
+        return self.by_name.get(name, [])
+
+    def name_at(self, pc: int) -> str | None:
+        """FuncTab.lookup, also without a FuncTab."""
+        if self._pcln is not None:
+            return self._pcln.name_at(pc)
+        if self._sym is not None:  # rare: from_code on a .symtab without objects
+            if self._walked is None:
+                self._walked = _functab(
+                    [(s.value, s.value + s.size, s.name)
+                     for s in self.elf.symbols() or () if s.type == STT_FUNC]
+                )
+            return self._walked.lookup(pc)
+        return self.functab.lookup(pc)
 
     def code(self, entry: int, size: int) -> bytes:
         return self.elf.read_vaddr(entry, size)
@@ -67,17 +103,28 @@ class _Funcs:
     def resolve(self, name: str) -> tuple[int, int] | None:
         """(entry, size) of the function body. pclntab lists an ABI wrapper under the same
         name as the body it calls; the wrapper is the copy that calls or jumps to the other."""
-        cands = self.by_name.get(name)
+        cands = self.candidates(name)
         if not cands:
             return None
         if len(cands) == 1:
             return cands[0]
+        from gmpmon.binary import probes  # capstone: imported only when code is read
+
         bodies = [
             c
             for c in cands
             if not any(o != c and probes.calls_target(self.code(*c), c[0], o[0]) for o in cands)
         ]
         return max(bodies or cands, key=lambda c: c[1])
+
+
+def _functab(rows: list[tuple[int, int, str]]) -> FuncTab:
+    rows.sort()
+    return FuncTab(
+        starts=tuple(r[0] for r in rows),
+        ends=tuple(r[1] for r in rows),
+        names=tuple(r[2] for r in rows),
+    )
 
 
 def _read_go_strings(elf: Elf, addr: int, size: int, what: str) -> tuple[str, ...]:
@@ -111,16 +158,22 @@ def _check_version(path: str, version: str) -> int:
     return minor
 
 
-def load_elf(data: bytes, path: str, *, readers_only: bool = False) -> BinaryInfo:
+def load_elf(
+    data: bytes, path: str, *, readers_only: bool = False, functab: bool = True
+) -> BinaryInfo:
     """BinaryInfo from the bytes of an executable (the work of :func:`load`).
 
     ``readers_only`` (``gmpmon ps``: memory reads, never a probe) skips what only probes
     need, the probe sites (no ``probe_sites``), and takes the struct offsets from gmpmon's
     table when it has one for this very Go minor (the test matrix holds every table equal to
     the DWARF of its version; the live process must still pass validate_layout) instead of
-    parsing DWARF: together ~70 ms of the ~120 a binary takes."""
+    parsing DWARF: together ~70 ms of the ~120 a binary takes.
+
+    ``functab=False`` (``gmpmon ps``, which names no PC): no function table
+    (``UNLOADED_FUNCTAB``), and the few functions and globals needed are looked up by name
+    instead of walking every symbol (gmpmon.binary.symindex)."""
     try:
-        return _load_elf(data, path, readers_only)
+        return _load_elf(data, path, readers_only, functab)
     except GmpmonError:
         raise
     except (
@@ -137,7 +190,9 @@ def load_elf(data: bytes, path: str, *, readers_only: bool = False) -> BinaryInf
         raise BinaryFormatError(f"{path}: malformed binary ({type(e).__name__}: {e})") from e
 
 
-def _load_elf(data: bytes, path: str, readers_only: bool = False) -> BinaryInfo:
+def _load_elf(
+    data: bytes, path: str, readers_only: bool = False, with_functab: bool = True
+) -> BinaryInfo:
     elf = Elf(data, path)
     if elf.section(".go.buildinfo") is None and elf.section(".gopclntab") is None:
         raise NotGoError(f"{path} is not a Go program (no .go.buildinfo or .gopclntab)")
@@ -146,7 +201,7 @@ def _load_elf(data: bytes, path: str, readers_only: bool = False) -> BinaryInfo:
     if elf.etype not in (ET_EXEC, ET_DYN):
         raise UnsupportedError(f"{path}: ELF type {elf.etype} is not an executable")
     version = read_buildinfo_version(elf)
-    funcs = _Funcs(elf)
+    funcs = _Funcs(elf, table=with_functab)
     build_version: str | None = None
     if "runtime.buildVersion" in funcs.globals:
         addr, _ = funcs.globals["runtime.buildVersion"]
@@ -166,7 +221,14 @@ def _load_elf(data: bytes, path: str, readers_only: bool = False) -> BinaryInfo:
     sites: dict[str, ProbeSite] = {}
     missing: dict[str, str] = {}
     resolved: dict[str, tuple[str, int, int]] = {}
-    for role in (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES):
+    # readers_only: no probe sites, so no role is resolved at all (and capstone, which
+    # probes imports, is left for the finders of a stripped binary)
+    roles: tuple[Role, ...] = ()
+    if not readers_only:
+        from gmpmon.binary import probes
+
+        roles = (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES)
+    for role in roles:
         for sym in role.symbols:
             r = funcs.resolve(sym)
             if r is not None:
@@ -174,14 +236,12 @@ def _load_elf(data: bytes, path: str, readers_only: bool = False) -> BinaryInfo:
                 break
     callee_entries = {name: r[1] for name, r in resolved.items()}
     # callees of call and call-result sites need not be roles themselves
-    for role in (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES):
+    for role in roles:
         for callee in (*role.calls, *role.call_sites):
             r = funcs.resolve(callee) if callee not in callee_entries else None
             if r is not None:
                 callee_entries[callee] = r[0]
-    for role in (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES):
-        if readers_only:
-            break
+    for role in roles:
         if role.name not in resolved:
             if role in probes.REQUIRED_ROLES:
                 raise MissingSymbolsError(
@@ -231,7 +291,7 @@ def _load_elf(data: bytes, path: str, readers_only: bool = False) -> BinaryInfo:
     offsets_source = "dwarf" if has_dwarf else "table"
 
     found, not_found = find_globals(
-        elf, funcs.globals, funcs.resolve, funcs.functab.lookup, offsets
+        elf, funcs.globals, funcs.resolve, funcs.name_at, offsets
     )
     for g, f in found.items():
         if f.how == "symtab":
@@ -294,9 +354,15 @@ def _load_elf(data: bytes, path: str, readers_only: bool = False) -> BinaryInfo:
 
 
 MAX_FILE = 4 << 30
+_IDENTITY = ("st_dev", "st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")
 
 
 def read_file(path: str) -> bytes:
+    return read_file_stat(path)[0]
+
+
+def read_file_stat(path: str) -> tuple[bytes, os.stat_result | None]:
+    """The file's bytes, and its fstat when it did not change while read (else None)."""
     try:
         # stat first: opening a FIFO would block, reading /dev/zero would never end
         st = os.stat(path)
@@ -307,7 +373,11 @@ def read_file(path: str) -> bytes:
         if st.st_size > MAX_FILE:
             raise UnsupportedError(f"{path}: {st.st_size >> 20} MiB is too large for an executable")
         with open(path, "rb") as f:
-            return f.read()
+            before = os.fstat(f.fileno())
+            data = f.read()
+            after = os.fstat(f.fileno())
+        same = all(getattr(before, k) == getattr(after, k) for k in _IDENTITY)
+        return data, (after if same and len(data) == after.st_size else None)
     except FileNotFoundError as e:
         raise TargetError(f"{path}: no such file") from e
     except PermissionError as e:

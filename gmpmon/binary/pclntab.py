@@ -14,6 +14,7 @@ pointer to the pcHeader, so it is found by looking for the .gopclntab address in
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from gmpmon.binary.elf import ET_DYN, Elf
 from gmpmon.errors import BinaryFormatError, UnsupportedError
@@ -105,8 +106,19 @@ def pclntab_section(elf: Elf) -> str:
     return ".gopclntab"
 
 
-def read_pclntab(elf: Elf) -> list[tuple[str, int, int]]:
-    """[(name, entry, end)] for every function, in pclntab (address) order."""
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What read_pclntab needs of .gopclntab, checked."""
+
+    data: bytes  # the section
+    text_start: int
+    nfunc: int
+    funcname_off: int
+    names_end: int  # end of funcnametab (cuOffset)
+    pcln_off: int
+
+
+def read_header(elf: Elf) -> Header:
     name = pclntab_section(elf)
     sec = elf.section(name)
     data = elf.section_data(name)
@@ -121,7 +133,7 @@ def read_pclntab(elf: Elf) -> list[tuple[str, int, int]]:
         raise BinaryFormatError(f"{elf.path}: .gopclntab has an unknown magic {magic:#x}")
     if ptr_size != 8:
         raise BinaryFormatError(f"{elf.path}: .gopclntab pointer size {ptr_size}")
-    nfunc, _nfiles, text_start, funcname_off, _cu, _ft, _pct, pcln_off = struct.unpack_from(
+    nfunc, _nfiles, text_start, funcname_off, cu_off, _ft, _pct, pcln_off = struct.unpack_from(
         "<8Q", data, 8
     )
     if text_start == 0:
@@ -135,6 +147,15 @@ def read_pclntab(elf: Elf) -> list[tuple[str, int, int]]:
     end_tab = pcln_off + (2 * nfunc + 1) * 4
     if nfunc == 0 or pcln_off >= len(data) or end_tab > len(data) or funcname_off >= len(data):
         raise BinaryFormatError(f"{elf.path}: .gopclntab header is inconsistent")
+    names_end = cu_off if funcname_off < cu_off <= len(data) else len(data)
+    return Header(data, text_start, nfunc, funcname_off, names_end, pcln_off)
+
+
+def read_pclntab(elf: Elf) -> list[tuple[str, int, int]]:
+    """[(name, entry, end)] for every function, in pclntab (address) order."""
+    h = read_header(elf)
+    data, nfunc, funcname_off, pcln_off = h.data, h.nfunc, h.funcname_off, h.pcln_off
+    text_start = h.text_start
     tab = struct.unpack_from(f"<{2 * nfunc + 1}I", data, pcln_off)
     names = memoryview(data)[funcname_off:]
     out: list[tuple[str, int, int]] = []

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from dataclasses import dataclass
 
 from gmpmon.binary.elf import ET_DYN, PT_LOAD, Elf
 from gmpmon.binary.info import BinaryInfo
-from gmpmon.binary.load import load_elf, read_file
+from gmpmon.binary.load import load_elf, read_file_stat
 from gmpmon.errors import PermissionDenied, TargetError
+
+# (file offset, link-time address, bytes in the file) of each PT_LOAD segment.
+LoadSegments = tuple[tuple[int, int, int], ...]
 
 
 def _proc(pid: int, *parts: str) -> str:
@@ -59,10 +63,19 @@ def exe_path(pid: int) -> str:
     return exe
 
 
+def load_segments(elf: Elf) -> LoadSegments:
+    return tuple((s.offset, s.vaddr, s.filesz) for s in elf.segments if s.type == PT_LOAD)
+
+
 def load_bias(pid: int, elf: Elf, path: str) -> int:
     """Runtime address minus link address of the executable's mapping (0 unless PIE)."""
     if elf.etype != ET_DYN:
         return 0
+    return pie_bias(pid, load_segments(elf), path)
+
+
+def pie_bias(pid: int, loads: LoadSegments, path: str) -> int:
+    """load_bias of a PIE from its PT_LOAD segments and /proc/PID/maps."""
     try:
         st = os.stat(path)
         with open(_proc(pid, "maps")) as f:
@@ -71,7 +84,6 @@ def load_bias(pid: int, elf: Elf, path: str) -> int:
         raise TargetError(f"process {pid} went away") from e
     except PermissionError as e:
         raise _denied(pid, "maps") from e
-    loads = [s for s in elf.segments if s.type == PT_LOAD]
     for line in lines:
         fields = line.split(maxsplit=5)
         if len(fields) < 5:
@@ -81,17 +93,33 @@ def load_bias(pid: int, elf: Elf, path: str) -> int:
         inode = int(fields[4])
         if inode != st.st_ino:
             continue
-        for seg in loads:
-            if seg.offset <= offset < seg.offset + max(seg.filesz, 1):
-                return start - (seg.vaddr + offset - seg.offset)
+        for seg_off, vaddr, filesz in loads:
+            if seg_off <= offset < seg_off + max(filesz, 1):
+                return start - (vaddr + offset - seg_off)
     raise TargetError(f"process {pid}: its executable is not mapped (cannot find load bias)")
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A process's BinaryInfo with what a cache of it needs: the identity of the bytes read
+    (None when the file changed while it was read) and its PT_LOAD segments (a PIE's bias)."""
+
+    info: BinaryInfo
+    stat: os.stat_result | None
+    segments: LoadSegments
 
 
 def load_pid(pid: int, *, readers_only: bool = False) -> BinaryInfo:
     """BinaryInfo of a running process's executable, with `pid` and `load_bias` set
     (``readers_only``: see load_elf)."""
+    return load_pid_file(pid, readers_only=readers_only).info
+
+
+def load_pid_file(pid: int, *, readers_only: bool = False, functab: bool = True) -> Loaded:
+    """:func:`load_pid`, and what was read (``functab``: see load_elf)."""
     path = exe_path(pid)
-    data = read_file(path)
-    info = load_elf(data, path, readers_only=readers_only)
-    bias = load_bias(pid, Elf(data, path), path)
-    return dataclasses.replace(info, pid=pid, load_bias=bias)
+    data, st = read_file_stat(path)
+    info = load_elf(data, path, readers_only=readers_only, functab=functab)
+    elf = Elf(data, path)
+    bias = load_bias(pid, elf, path)
+    return Loaded(dataclasses.replace(info, pid=pid, load_bias=bias), st, load_segments(elf))

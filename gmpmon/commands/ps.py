@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import re
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 from gmpmon.errors import UsageError
 from gmpmon.fleet.discover import Discovery, ExeKey, GoProcess
 from gmpmon.fleet.infocache import InfoCache
+from gmpmon.fleet.layoutcache import LayoutCache
 from gmpmon.fleet.lifetime import LifetimeStats, read_lifetime
 from gmpmon.fmt import fmt_ns
 
@@ -35,6 +35,12 @@ columns:
   PROCS      GOMAXPROCS;  GOROUTINES  what runtime.NumGoroutine() counts
   SCHED P99  runnable->running latency p99 from the runtime's own histogram
              (sched.timeToRun, ~1 transition in 8 sampled), over the process's life
+cache:
+  What each executable's file says (where its runtime's globals are, struct offsets) is
+  kept in /var/cache/gmpmon (root; else $XDG_CACHE_HOME/gmpmon), one entry per file
+  (device, inode, size, mtime, ctime) and gmpmon version: a later ps reads no binary it
+  has seen. Every process is still checked against its live memory first. $GMPMON_CACHE_DIR sets
+  the directory (empty: off); --no-cache neither reads nor writes it; deleting it is safe.
 """
 
 
@@ -49,6 +55,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.add_argument("--match", metavar="REGEX",
                    help="only processes whose executable path or command line matches")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every executable, and keep nothing on disk (see cache below)")
     p.set_defaults(func=run)
 
 
@@ -71,7 +79,12 @@ def run(args: argparse.Namespace) -> int:
         except re.error as e:
             raise UsageError(f"--match {args.match!r}: {e}") from e
     procs = Discovery().scan(match)
-    rows = read_all(procs)
+    disk = None
+    if not args.no_cache:
+        disk = LayoutCache()
+        if disk.off_reason:
+            print(f"gmpmon: not using the layout cache: {disk.off_reason}", file=sys.stderr)
+    rows = read_all(procs, disk)
     if args.json:
         json.dump([r.to_json() for r in rows], sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -103,19 +116,23 @@ def run(args: argparse.Namespace) -> int:
 PARALLEL_FROM = 8  # processes; below that a pool costs more than it saves
 
 
-def read_all(procs: list[GoProcess]) -> list[LifetimeStats]:
+def read_all(procs: list[GoProcess], disk: LayoutCache | None = None) -> list[LifetimeStats]:
     """read_lifetime of every process, in pid order. Most of the time goes to reading each
-    distinct executable (pclntab, and the finders' disassembly in a stripped one: 10-90 ms
-    each), so the executables are shared out among one forked worker per CPU, all the
-    processes of one executable to the same worker (it reads that binary once)."""
+    distinct executable not in the ``disk`` cache (the finders' disassembly in a stripped
+    one: ~10 ms), so the executables are shared out among one forked worker per CPU, all
+    the processes of one executable to the same worker (it reads that binary once)."""
     groups: dict[ExeKey, list[GoProcess]] = {}
     for p in procs:
         groups.setdefault(p.exe_key, []).append(p)
     work = sorted(groups.values(), key=len, reverse=True)
     ncpu = len(os.sched_getaffinity(0))
+    global _DISK
+    _DISK = disk  # a forked worker inherits it
     if len(procs) < PARALLEL_FROM or ncpu < 2 or len(work) < 2:
         done = [_read_group(g) for g in work]
     else:
+        import multiprocessing
+
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(min(ncpu, len(work), 16)) as pool:
             done = pool.map(_read_group, work, chunksize=1)
@@ -124,8 +141,11 @@ def read_all(procs: list[GoProcess]) -> list[LifetimeStats]:
     return rows
 
 
+_DISK: LayoutCache | None = None
+
+
 def _read_group(procs: list[GoProcess]) -> list[LifetimeStats]:
-    cache = InfoCache(readers_only=True)
+    cache = InfoCache(readers_only=True, functab=False, disk=_DISK)
     out = []
     for proc in procs:
         st = read_lifetime(proc, cache)

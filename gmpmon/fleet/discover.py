@@ -4,7 +4,7 @@ No probe and no agent in the target (like ``gops``, without its agent): a proces
 program when its executable has a ``.go.buildinfo`` section (present even in ``-s -w``
 builds). Only the ELF section headers and that one section are read, through an mmap of
 ``/proc/PID/exe``, and the answer is cached by the executable's identity (device, inode,
-size, mtime), so a host with a hundred copies of one server reads its binary once.
+size, mtime, ctime), so a host with a hundred copies of one server reads its binary once.
 
 ``/proc/PID/exe`` opens the mapped file whatever mount namespace the process lives in, and
 ``NSpid`` in ``/proc/PID/status`` gives its pid inside its own pid namespace: processes in
@@ -27,7 +27,7 @@ from gmpmon.capture.cgroup import parse_proc_cgroup
 from gmpmon.errors import GmpmonError
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
-ExeKey = tuple[int, int, int, int]
+ExeKey = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,9 @@ class GoProcess:
     go_version: str  # "go1.27.3"
     container: str  # the process's cgroup path ("" for the root cgroup)
     uptime_s: float
-    exe_key: ExeKey  # (st_dev, st_ino, st_size, st_mtime_ns) of the executable
+    # (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) of the executable: ctime, which
+    # no program can set, tells a file rewritten in place with its old mtime restored.
+    exe_key: ExeKey
 
     @property
     def exe_name(self) -> str:
@@ -76,7 +78,7 @@ class Discovery:
             st = os.stat(exe)
         except OSError:
             return None
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if key in self._versions:
             version = self._versions[key]
         else:

@@ -21,6 +21,7 @@ from gmpmon.fleet.infocache import InfoCache
 from gmpmon.model.runtime import hist_stats
 
 RT_SCHED = int(Kind.RT_SCHED)
+NEEDS = ("procs", "sched")  # the layout groups every number here is read through
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +60,23 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
             return None
         return LifetimeStats(proc, None, None, None, None, note=e.one_line())
     try:
-        layout = check_layout(info, proc.pid, ("procs", "sched"))
+        layout = check_layout(info, proc.pid, NEEDS)
+        if not layout.ok(*NEEDS) and cache.from_disk(proc):
+            # A cached layout is trusted no more than a fresh one: read the file again.
+            info = cache.reread(proc)
+            layout = check_layout(info, proc.pid, NEEDS)
         mem = TargetMemory(proc.pid)
     except OSError:
         return None
+    except GmpmonError as e:  # the re-read failed
+        if not exists(proc.pid):
+            return None
+        return LifetimeStats(proc, None, None, None, None, note=e.one_line())
     try:
-        if not layout.ok("procs", "sched"):
+        if not layout.ok(*NEEDS):
             if not exists(proc.pid):
                 return None
-            return LifetimeStats(proc, None, None, None, None,
-                                 note=layout.why("procs", "sched"))
+            return LifetimeStats(proc, None, None, None, None, note=layout.why(*NEEDS))
         counters = RuntimeCounters(info, mem)
         out: list[EventTuple] = []
         counters.read(time.monotonic_ns(), out)
@@ -82,7 +90,8 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
         notes = [counters.missing[f] for f in sorted(counters.missing)]
         return LifetimeStats(
             proc,
-            gomaxprocs=read_gomaxprocs(info, proc.pid),
+            # validated with the procs group just now; else what read_gomaxprocs falls back to
+            gomaxprocs=layout.gomaxprocs or read_gomaxprocs(info, proc.pid),
             goroutines=goroutines,
             latency_p99_ns=p99,
             latency_samples=samples,

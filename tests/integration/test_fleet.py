@@ -209,6 +209,102 @@ def test_ps_on_a_stripped_binary_reads_the_same_numbers(tmp_path: Path) -> None:
         bare.stop()
 
 
+def _ps_rows(tmp: Path, cache: Path, *extra: str) -> dict[int, dict[str, Any]]:
+    p = subprocess.run([*GM, "ps", "--json", "--match", re.escape(str(tmp)), *extra],
+                       capture_output=True, text=True, timeout=60,
+                       env=env(GMPMON_CACHE_DIR=str(cache)))
+    assert p.returncode == 0, p.stderr
+    return {r["pid"]: r for r in json.loads(p.stdout)}
+
+
+def test_ps_keeps_what_it_read_of_each_binary_and_checks_it_all_the_same(tmp_path: Path) -> None:
+    """One cache entry per distinct executable (two processes of one file share it); a later
+    ps uses the entries as they are; a corrupt entry is ignored and rewritten; an entry that
+    points sched somewhere wrong (stale, or written by someone else) fails the live check,
+    so the binary is read again: the numbers stay right and the entry is mended.
+    --no-cache reads and writes nothing."""
+    cache = tmp_path / "cache"
+    full = Workload(_copy("rtcounters", tmp_path, as_name="rt-default"))
+    bare = Workload(_copy("rtcounters", tmp_path, mode="stripped", as_name="rt-stripped"))
+    twin = Workload(tmp_path / "rt-stripped")
+    procs = (full, bare, twin)
+    try:
+        counts = {w.pid: int(w.ask("count", "count")) for w in procs}
+
+        def check(rows: dict[int, dict[str, Any]]) -> None:
+            for pid, count in counts.items():
+                r = rows[pid]
+                assert r["note"] == "", r
+                assert abs(r["goroutines"] - count) <= max(1, count * 0.02), (r, count)
+                assert r["gomaxprocs"] == rows[full.pid]["gomaxprocs"] >= 1
+
+        check(_ps_rows(tmp_path, cache))
+        entries = sorted(cache.iterdir())
+        assert len(entries) == 2, entries
+        good = {e: e.read_bytes() for e in entries}
+        ino = {e: e.stat().st_ino for e in entries}
+        for e in entries:
+            os.utime(e, (1e9, 1e9))
+        check(_ps_rows(tmp_path, cache))
+        for e in entries:  # read (its use time moved on), not written again (same inode)
+            assert e.stat().st_mtime > 1e9 and e.stat().st_ino == ino[e]
+            assert e.read_bytes() == good[e]
+
+        for e in entries:
+            e.write_bytes(b'{"schema": 1, "info": ' + good[e][:40])
+        check(_ps_rows(tmp_path, cache))
+        assert {e: e.read_bytes() for e in entries} == good
+
+        stripped = next(e for e in entries if b'"stripped": true' in good[e])
+        doc = json.loads(good[stripped])
+        doc["info"]["globals"]["runtime.sched"] = 0x1000
+        stripped.write_bytes(json.dumps(doc, sort_keys=True).encode())
+        check(_ps_rows(tmp_path, cache))
+        assert stripped.read_bytes() == good[stripped]
+
+        off = tmp_path / "off"
+        check(_ps_rows(tmp_path, off, "--no-cache"))
+        assert not off.exists()
+    finally:
+        for w in procs:
+            w.stop()
+
+
+@pytest.mark.parametrize("mode", ["stripped", "pie"])
+def test_ps_reads_no_binary_it_has_in_its_cache(tmp_path: Path, mode: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an entry for the file, the binary is not read at all (a PIE's load bias is found
+    again from the process's maps), and the numbers are those of a fresh read."""
+    from gmpmon.fleet import infocache
+    from gmpmon.fleet.discover import Discovery
+    from gmpmon.fleet.infocache import InfoCache
+    from gmpmon.fleet.layoutcache import LayoutCache
+    from gmpmon.fleet.lifetime import read_lifetime
+
+    w = Workload(_copy("rtcounters", tmp_path, mode=mode))
+    try:
+        gp = Discovery().probe(w.pid)
+        assert gp is not None
+        d = str(tmp_path / "cache")
+        fresh = read_lifetime(gp, InfoCache(readers_only=True, functab=False,
+                                            disk=LayoutCache(d)))
+
+        def no_read(*_a: Any, **_k: Any) -> None:
+            raise AssertionError("the binary was read")
+
+        monkeypatch.setattr(infocache, "load_pid_file", no_read)
+        cache = InfoCache(readers_only=True, functab=False, disk=LayoutCache(d))
+        cached = read_lifetime(gp, cache)
+        assert cache.from_disk(gp)
+        assert fresh is not None and cached is not None
+        assert cached.note == fresh.note == "" and cached.gomaxprocs == fresh.gomaxprocs
+        assert cached.goroutines is not None and fresh.goroutines is not None
+        assert abs(cached.goroutines - fresh.goroutines) <= 2
+        assert cache.get(gp).pie == (mode == "pie")
+    finally:
+        w.stop()
+
+
 # ---------------------------------------------------------------------------- serve
 
 

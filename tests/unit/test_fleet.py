@@ -50,7 +50,7 @@ def test_parse_listen_rejects(spec: str) -> None:
 
 def _proc(pid: int = 42) -> GoProcess:
     return GoProcess(pid=pid, ns_pid=1, exe="/srv/api/server", go_version="go1.27.3",
-                     container="/kubepods/x", uptime_s=5.0, exe_key=(1, 2, 3, 4))
+                     container="/kubepods/x", uptime_s=5.0, exe_key=(1, 2, 3, 4, 5))
 
 
 @pytest.mark.parametrize("n", [160, 720])
