@@ -26,6 +26,7 @@ from capstone import x86
 
 _MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 _MD.detail = True
+_LITE = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)  # no detail: disasm_lite
 
 # Version range every rule below was checked on (tests/unit/test_globals.py, the full matrix).
 VERIFIED = "1.19, 1.21-1.27"
@@ -89,25 +90,16 @@ _IMM, _MEM, _REG, _RIP = x86.X86_OP_IMM, x86.X86_OP_MEM, x86.X86_OP_REG, x86.X86
 _OPERANDS_OF = frozenset({"mov", "xchg", "xadd"})  # the mnemonics whose operands matter
 
 
-def decode(name: str, entry: int, code: bytes) -> Decoded:
-    """The refs and calls of one function. Capstone's Python detail objects cost most of
-    ``ps``'s time on a stripped binary, so each instruction's groups are read once, its
-    operands only when it is a branch, names a RIP-relative address ("rip" in its text) or
-    is a mov/xchg/xadd, and its register writes only while some register is tracked or it
-    sets one: exactly what looking at everything would give (tests/unit/test_globals.py
-    compares it with that, function by function)."""
-    insns = list(_MD.disasm(code, entry))
-    groups = [ins.groups for ins in insns]
-    targets: set[int] = set()
-    for ins, g in zip(insns, groups, strict=True):
-        if _JUMP in g:
-            ops = ins.operands
-            if ops and ops[0].type == _IMM:
-                targets.add(ops[0].imm)
+def _track(insns: list[Any], entry: int, targets: set[int], refs: list[Ref],
+           calls: list[tuple[int, int]]) -> None:
+    """The tracker over detailed instructions (a whole function, or one straight-line
+    segment of it: the register state starts empty at either). Each instruction's groups
+    are read once, its operands only when it is a branch, names a RIP-relative address
+    ("rip" in its text) or is a mov/xchg/xadd, and its register writes only while some
+    register is tracked or it sets one."""
     regs: dict[str, tuple[str, int]] = {}  # r64 -> ("addr"|"load"|"imm", value)
-    refs: list[Ref] = []
-    calls: list[tuple[int, int]] = []
-    for ins, g in zip(insns, groups, strict=True):
+    for ins in insns:
+        g = ins.groups
         address = ins.address
         off = address - entry
         if address in targets:
@@ -134,24 +126,11 @@ def decode(name: str, entry: int, code: bytes) -> Decoded:
                     regs.pop(_r64(_MD, w), None)
             continue
         ops = ins.operands
-        rip = [o for o in ops if o.type == _MEM and o.mem.base == _RIP] if has_rip else []
         new: tuple[str, int] | None = None
-        if rip:
-            o = rip[0]
-            target = address + ins.size + o.mem.disp
-            if mn == "lea":
-                kind, new = "lea", ("addr", target)
-            elif mn in ("mov", "movsxd", "movzx") and ops[0].type == _REG:
-                kind, new = "load", ("load", target)
-            elif mn == "mov":
-                kind = "store"
-            elif mn == "cmp":
-                kind = "cmp"
-            elif mn == "xchg":
-                kind = "xchg"
-            else:
-                kind = "other"
-            refs.append(Ref(off, target, kind, 8 if mn == "lea" else o.size))
+        ref = _rip_ref(ins, ops, mn, off) if has_rip else None
+        if ref is not None:
+            refs.append(ref[0])
+            new = ref[1]
         elif mn in ("xchg", "xadd") and len(ops) == 2 and ops[0].type == _MEM:
             m = ops[0].mem
             base = _r64(_MD, m.base) if m.base else ""
@@ -171,6 +150,124 @@ def decode(name: str, entry: int, code: bytes) -> Decoded:
                 regs.pop(_r64(_MD, w), None)
             if new is not None and ops and ops[0].type == _REG:
                 regs[_r64(_MD, ops[0].reg)] = new
+
+
+def _rip_ref(ins: Any, ops: Any, mn: str, off: int) -> tuple[Ref, tuple[str, int] | None] | None:
+    """The Ref of an instruction with a RIP-relative operand, and what it puts in its
+    destination register (lea: the address, mov: a load of it), or None."""
+    rip = [o for o in ops if o.type == _MEM and o.mem.base == _RIP]
+    if not rip:
+        return None
+    o = rip[0]
+    target = ins.address + ins.size + o.mem.disp
+    new: tuple[str, int] | None = None
+    if mn == "lea":
+        kind, new = "lea", ("addr", target)
+    elif mn in ("mov", "movsxd", "movzx") and ops[0].type == _REG:
+        kind, new = "load", ("load", target)
+    elif mn == "mov":
+        kind = "store"
+    elif mn == "cmp":
+        kind = "cmp"
+    elif mn == "xchg":
+        kind = "xchg"
+    else:
+        kind = "other"
+    return Ref(off, target, kind, 8 if mn == "lea" else o.size), new
+
+
+# Per mnemonic: (jump, call, ret) as capstone's groups say, learnt from the first
+# instruction seen with that mnemonic (the same text is the same instruction to capstone).
+_FLOW: dict[str, tuple[bool, bool, bool]] = {}
+
+
+def _detail(code: bytes, entry: int, lo: int, hi: int) -> list[Any]:
+    return list(_MD.disasm(code[lo:hi], entry + lo))
+
+
+def _flow(mn: str, code: bytes, entry: int, off: int, size: int) -> tuple[bool, bool, bool]:
+    f = _FLOW.get(mn)
+    if f is None:
+        (ins,) = _detail(code, entry, off, off + size)
+        g = ins.groups
+        f = _FLOW[mn] = (_JUMP in g, _CALL in g, _RET in g)
+    return f
+
+
+def _imm_target(op_str: str, code: bytes, entry: int, off: int, size: int) -> int | None:
+    """A branch's immediate target: capstone prints it as a bare number; anything else
+    (a register, memory) is asked of capstone's operands."""
+    if op_str.startswith("0x") and op_str[2:].isalnum():
+        return int(op_str, 16)
+    if op_str.isdigit():
+        return int(op_str)
+    (ins,) = _detail(code, entry, off, off + size)
+    ops = ins.operands
+    return int(ops[0].imm) if ops and ops[0].type == _IMM else None
+
+
+def decode(name: str, entry: int, code: bytes) -> Decoded:
+    """The refs and calls of one function, as the tracker over every detailed instruction
+    would give them (tests/unit/test_psload.py compares, function by function).
+
+    Capstone's detail objects cost most of ``ps``'s time on a stripped binary, so the code
+    is decoded lite (address, size, mnemonic, operand text) and in detail only where it
+    can matter: the tracker's register state is cleared at every branch, call, return and
+    branch target, so it is only read in a straight-line segment holding an xchg/xadd;
+    such a segment is tracked in full, and elsewhere only the instructions with a
+    RIP-relative operand are decoded in detail (their refs depend on nothing before)."""
+    lite = list(_LITE.disasm_lite(code, entry))
+    n = len(lite)
+    flows: list[tuple[bool, bool, bool]] = []
+    targets: set[int] = set()
+    for address, size, mn, op_str in lite:
+        f = _flow(mn, code, entry, address - entry, size)
+        flows.append(f)
+        if f[0]:
+            t = _imm_target(op_str, code, entry, address - entry, size)
+            if t is not None:
+                targets.add(t)
+    refs: list[Ref] = []
+    calls: list[tuple[int, int]] = []
+    i = 0
+    while i < n:
+        j = i  # the segment is lite[i..j]
+        while not any(flows[j]) and j + 1 < n and lite[j + 1][0] not in targets:
+            j += 1
+        seg = lite[i : j + 1]
+        lo, hi = seg[0][0] - entry, seg[-1][0] + seg[-1][1] - entry
+        if any(mn.removeprefix("lock ") in ("xchg", "xadd") for _a, _s, mn, _o in seg):
+            insns = _detail(code, entry, lo, hi)
+            if [x.address for x in insns] != [a for a, _s, _m, _o in seg]:
+                return _decode_all(name, entry, code)  # never expected: the plain way
+            _track(insns, entry, targets, refs, calls)
+        else:
+            for (address, size, mn, op_str), f in zip(seg, flows[i : j + 1], strict=True):
+                off = address - entry
+                if f[1]:
+                    t = _imm_target(op_str, code, entry, off, size)
+                    if t is not None:
+                        calls.append((off, t))
+                elif not any(f) and "rip" in op_str:
+                    (ins,) = _detail(code, entry, off, off + size)
+                    ref = _rip_ref(ins, ins.operands, mn.removeprefix("lock "), off)
+                    if ref is not None:
+                        refs.append(ref[0])
+        i = j + 1
+    return Decoded(name, entry, tuple(refs), tuple(calls))
+
+
+def _decode_all(name: str, entry: int, code: bytes) -> Decoded:
+    insns = list(_MD.disasm(code, entry))
+    targets: set[int] = set()
+    for ins in insns:
+        if _JUMP in ins.groups:
+            ops = ins.operands
+            if ops and ops[0].type == _IMM:
+                targets.add(ops[0].imm)
+    refs: list[Ref] = []
+    calls: list[tuple[int, int]] = []
+    _track(insns, entry, targets, refs, calls)
     return Decoded(name, entry, tuple(refs), tuple(calls))
 
 
