@@ -7,6 +7,7 @@ import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gmpmon.binary import dwarf, pclntab, table
 from gmpmon.binary.buildinfo import go_minor, read_buildinfo_version
@@ -23,7 +24,9 @@ from gmpmon.errors import (
     TargetError,
     UnsupportedError,
 )
-from gmpmon.probetable import Role
+
+if TYPE_CHECKING:
+    from gmpmon.probetable import Role
 
 MIN_MINOR = 19
 # go1.20 had no toolchain to verify against (go-runtime.md): refused rather than guessed.

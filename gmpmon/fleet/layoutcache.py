@@ -138,6 +138,10 @@ class LayoutCache:
         name = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
         return os.path.join(self.dir, name + ".json")
 
+    def has(self, key: FileId) -> bool:
+        """An entry is there (whether it is whole is for get() to say)."""
+        return self.dir is not None and os.path.exists(self._path(key))
+
     def get(self, key: FileId) -> Entry | None:
         if self.dir is None:
             return None

@@ -18,7 +18,7 @@ from gmpmon.errors import GmpmonError
 from gmpmon.events import EventTuple, Kind, RtHist
 from gmpmon.fleet.discover import GoProcess, exists
 from gmpmon.fleet.infocache import InfoCache
-from gmpmon.model.runtime import hist_stats
+from gmpmon.model.rthist import hist_stats
 
 RT_SCHED = int(Kind.RT_SCHED)
 NEEDS = ("procs", "sched")  # the layout groups every number here is read through
