@@ -140,6 +140,10 @@ def read_all(procs: list[GoProcess], disk: LayoutCache | None = None) -> list[Li
     else:
         import multiprocessing
 
+        # Imported here once, not in each forked worker: what reading a binary needs.
+        import gmpmon.binary.finders
+        import gmpmon.binary.probes  # noqa: F401
+
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(min(ncpu, len(work), 16)) as pool:
             done = pool.map(_read_group, work, chunksize=1)

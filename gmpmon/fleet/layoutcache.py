@@ -30,9 +30,9 @@ import hashlib
 import json
 import os
 import stat
-from importlib import resources
 from typing import Any
 
+import gmpmon.binary as binary_pkg
 from gmpmon import __version__
 from gmpmon.binary.info import UNLOADED_FUNCTAB, BinaryInfo
 from gmpmon.binary.table import TABLE_ENV
@@ -74,12 +74,17 @@ def default_dir() -> str | None:
 def code_digest() -> str | None:
     """Digest of what decides an entry's content: gmpmon's version, the code of
     gmpmon.binary and its offsets table, and a $GMPMON_OFFSETS_TABLE override (None when
-    that cannot be read: no cache then)."""
+    that cannot be read, or the package's files: no cache then)."""
     h = hashlib.sha256(f"{SCHEMA} {__version__}\n".encode())
-    pkg = resources.files("gmpmon.binary")
-    for item in sorted(pkg.iterdir(), key=lambda p: p.name):
-        if item.name.endswith((".py", ".json")):
-            h.update(item.name.encode() + b"\0" + item.read_bytes())
+    # The package's own directory (importlib.resources costs more to import than this).
+    pkg = os.path.dirname(binary_pkg.__file__ or "")
+    try:
+        for name in sorted(os.listdir(pkg)):
+            if name.endswith((".py", ".json")):
+                with open(os.path.join(pkg, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+    except OSError:
+        return None
     override = os.environ.get(TABLE_ENV)
     if override:
         try:
