@@ -17,6 +17,7 @@ atomic stores/adds to X. That is how Go compiles ``atomic.Store*(&global, v)`` a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,6 +177,37 @@ def _rip_ref(ins: Any, ops: Any, mn: str, off: int) -> tuple[Ref, tuple[str, int
     return Ref(off, target, kind, 8 if mn == "lea" else o.size), new
 
 
+_RIP_TEXT = re.compile(r"(?:(\w+) ptr )?\[rip ([+-]) (0x[0-9a-f]+|[0-9]+)\]")
+_PTR_SIZE = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "xmmword": 16, "ymmword": 32,
+             "zmmword": 64}
+
+
+def _rip_ref_lite(address: int, size: int, mn: str, op_str: str, off: int) -> Ref | None:
+    """_rip_ref from capstone's text of the instruction, when it says everything: the
+    displacement, and the operand's size as "<size> ptr" (lea: 8). None: ask the details."""
+    m = _RIP_TEXT.search(op_str)
+    if m is None or op_str.count("[") != 1:
+        return None
+    word, sign, num = m.groups()
+    disp = int(num, 16) if num.startswith("0x") else int(num)
+    target = address + size + (-disp if sign == "-" else disp)
+    if mn == "lea":
+        return Ref(off, target, "lea", 8)
+    width = _PTR_SIZE.get(word or "")
+    if width is None:
+        return None
+    first_is_reg = "[" not in op_str.split(",", 1)[0] and "," in op_str
+    if mn in ("mov", "movsxd", "movzx") and first_is_reg:
+        kind = "load"
+    elif mn == "mov":
+        kind = "store"
+    elif mn in ("cmp", "xchg"):
+        kind = mn
+    else:
+        kind = "other"
+    return Ref(off, target, kind, width)
+
+
 # Per mnemonic: (jump, call, ret) as capstone's groups say, learnt from the first
 # instruction seen with that mnemonic (the same text is the same instruction to capstone).
 _FLOW: dict[str, tuple[bool, bool, bool]] = {}
@@ -214,8 +246,9 @@ def decode(name: str, entry: int, code: bytes) -> Decoded:
     is decoded lite (address, size, mnemonic, operand text) and in detail only where it
     can matter: the tracker's register state is cleared at every branch, call, return and
     branch target, so it is only read in a straight-line segment holding an xchg/xadd;
-    such a segment is tracked in full, and elsewhere only the instructions with a
-    RIP-relative operand are decoded in detail (their refs depend on nothing before)."""
+    such a segment is tracked in full; elsewhere an instruction with a RIP-relative operand
+    gives its ref from its text when that says everything ("<size> ptr [rip + disp]"), in
+    detail otherwise (its ref depends on nothing before it)."""
     lite = list(_LITE.disasm_lite(code, entry))
     n = len(lite)
     flows: list[tuple[bool, bool, bool]] = []
@@ -249,6 +282,10 @@ def decode(name: str, entry: int, code: bytes) -> Decoded:
                     if t is not None:
                         calls.append((off, t))
                 elif not any(f) and "rip" in op_str:
+                    lite_ref = _rip_ref_lite(address, size, mn.removeprefix("lock "), op_str, off)
+                    if lite_ref is not None:
+                        refs.append(lite_ref)
+                        continue
                     (ins,) = _detail(code, entry, off, off + size)
                     ref = _rip_ref(ins, ins.operands, mn.removeprefix("lock "), off)
                     if ref is not None:
