@@ -25,6 +25,7 @@ from gmpmon.events import Batch, Header, Stage
 from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.priority import name_thread
 from gmpmon.record import RecordingWriter
 from gmpmon.source import Cost, DutyCycle, InputState, SourceStatus
 
@@ -233,6 +234,7 @@ class LiveSession:
     # --- model thread --------------------------------------------------------------------
 
     def _run(self) -> None:
+        name_thread()
         next_snap = time.monotonic() + SNAPSHOT_EVERY_S
         try:
             while True:

@@ -51,6 +51,7 @@ from gmpmon.events import (
     Stage,
     unknown_frame,
 )
+from gmpmon.priority import name_thread
 
 MODES = ("sample", "default", "full")
 POLL_S = 0.010
@@ -284,6 +285,7 @@ class Capture:
     # --- reader thread -------------------------------------------------------------------
 
     def _run(self) -> None:
+        name_thread()
         try:
             self._loop()
         except BaseException as e:  # surfaced to the consumer by get_batch

@@ -20,6 +20,7 @@ from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.sampler import check_layout
 from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.events import NO_P, EventTuple, Kind, RtFeature
+from gmpmon.priority import name_thread
 
 COUNTERS_S = 0.05  # 20 Hz
 CENSUS_S = 1.0
@@ -91,6 +92,7 @@ class RuntimeSources:
         self.mem.close()
 
     def _census_loop(self) -> None:
+        name_thread()
         census = self.census
         assert census is not None
         while not self._stop.is_set():

@@ -10,13 +10,23 @@ samples are LONG_RUN_NS or more apart, with no gap above GAP_NS between samples,
 long-running goroutine. Every sample also goes into the on-CPU profile, keyed by
 (stack, goid, P). Counters (source "tracepoints"): M times and switches, the kernel
 run-queue delay histogram, syscalls by (P, number, M) and by goroutine.
+
+``view()`` runs at every snapshot (4 Hz live) while the profile, the goroutine table and the
+timelines grow to tens of thousands of entries, so it does not rebuild them: the profile is a
+sorted list patched with the keys that moved since the last view, the top goroutines are
+chosen among the last top and the ones sampled since, a timeline's spans that can no longer
+change are made into Spans once, and the findings' digests of the profile (KernelView
+``own_stacks`` ...) are kept as the samples come. The answer is the one a rebuild from
+scratch gives (tests/unit/test_kernel_view_cost.py checks that against a reference).
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
+from itertools import islice
 
 from gmpmon.events import (
     M_SW_INVOLUNTARY,
@@ -40,6 +50,8 @@ from gmpmon.model.kernelview import (
     SampleStats,
     SyscallStat,
     ThreadView,
+    in_find_runnable,
+    own_frame,
 )
 from gmpmon.model.part import Context, Handler, Part, View
 from gmpmon.model.validation import validation_failure
@@ -56,6 +68,8 @@ TOP_LONG_RUNS = 32
 TOP_GOROUTINES = 50
 TOP_SYSCALLS = 8
 KERNEL_TABLES = frozenset(range(10, 20))
+_OTHER = (0, 0, -1, SAMPLE_NOT_GO)  # the profile row of samples beyond MAX_PROFILE keys
+_REBUILD = 1024  # more new profile keys than this since the last view: sort anew
 
 
 class _Run:
@@ -109,6 +123,32 @@ class KernelPart(Part):
         self.seen_samples = False
         self.seen_sched = False
         self.seen_sys = False
+        self._clear_views()
+
+    def _clear_views(self) -> None:
+        """What view() keeps between snapshots (see the module docstring)."""
+        self._rows: list[tuple[int, int, int, int, int]] = []  # the profile, sorted
+        self._rows_view: tuple[tuple[int, int, int, int, int], ...] = ()
+        self._moved: set[tuple[int, int, int, int]] = set()  # profile keys since the view
+        self._moved_g: set[int] = set()  # goroutines of by_g sampled since the view
+        self._top_g: list[int] = []  # the last view's cpu_by_goroutine, in order
+        self._g_rows: dict[int, GoroutineCpu] = {}  # its rows
+        self._appended: dict[int, int] = {}  # P -> spans ever appended to _spans[P]
+        self._settled: dict[int, deque[Span]] = {}  # P -> Spans of closed, ended spans
+        self._settled_to: dict[int, int] = {}  # P -> span count (ever) they reach
+        self._view_now = -1
+        # The findings' digests of the profile rows (KernelView.own_stacks ...).
+        self._own_n: dict[tuple[int, int], int] = {}  # (goid, sid) -> GO/G0 samples
+        self._own: dict[int, tuple[int, int]] = {}  # goid -> (samples, sid), the best
+        self._own_view: dict[int, tuple[int, int]] = {}
+        self._own_moved = False
+        self._not_go: dict[int, int] = {}  # sid -> NOT_GO samples
+        self._not_go_view: dict[int, int] = {}
+        self._not_go_moved = False
+        self._search = 0
+        self._run = 0
+        self._sid_own: dict[int, bool] = {}  # sid -> own_frame(its stack) != ""
+        self._sid_search: dict[int, bool] = {}  # sid -> in runtime.findRunnable
 
     # ------------------------------------------------------------------ input
 
@@ -127,13 +167,11 @@ class KernelPart(Part):
             p, goid = -1, 0
         key = (sid, goid, p, outcome)
         prof = self.profile
-        if key in prof:
-            prof[key] += 1
-        elif len(prof) < MAX_PROFILE:
-            prof[key] = 1
-        else:
-            other = (0, 0, -1, SAMPLE_NOT_GO)
-            prof[other] = prof.get(other, 0) + 1
+        if key not in prof and len(prof) >= MAX_PROFILE:
+            key = _OTHER
+        prof[key] = prof.get(key, 0) + 1
+        self._moved.add(key)
+        self._digest(key)
         if p < 0 or outcome == SAMPLE_NOT_GO:
             return
         self.by_p[p] = self.by_p.get(p, 0) + 1
@@ -145,6 +183,7 @@ class KernelPart(Part):
                 g = self.by_g[goid] = [0, 0]
                 self.g_stacks[goid] = {}
             g[0] += 1
+            self._moved_g.add(goid)
             if p < 63:
                 g[1] |= 1 << p
             gs = self.g_stacks[goid]
@@ -152,15 +191,47 @@ class KernelPart(Part):
                 gs[sid] = gs.get(sid, 0) + 1
         self._track(p, goid, ts, sid)
 
+    def _digest(self, key: tuple[int, int, int, int]) -> None:
+        """One more sample in profile row ``key``: the digests the findings read."""
+        sid, goid, _p, outcome = key
+        if outcome == SAMPLE_NOT_GO:
+            self._not_go[sid] = self._not_go.get(sid, 0) + 1
+            self._not_go_moved = True
+            return
+        if outcome == SAMPLE_GO:
+            self._run += 1
+        elif outcome == SAMPLE_G0:
+            search = self._sid_search.get(sid)
+            if search is None:
+                search = self._sid_search[sid] = in_find_runnable(self.stacks.get(sid, ()))
+            if search:
+                self._search += 1
+        else:
+            return
+        if not goid:
+            return
+        own = self._sid_own.get(sid)
+        if own is None:
+            own = self._sid_own[sid] = bool(own_frame(self.stacks.get(sid, ())))
+        if own:
+            k = (goid, sid)
+            n = self._own_n[k] = self._own_n.get(k, 0) + 1
+            best = self._own.get(goid)
+            if best is None or n > best[0] or (n == best[0] and sid < best[1]):
+                self._own[goid] = (n, sid)
+                self._own_moved = True
+
     def _track(self, p: int, goid: int, ts: int, sid: int) -> None:
         spans = self._spans.get(p)
         if spans is None:
             spans = self._spans[p] = deque(maxlen=MAX_SPANS)
+            self._appended[p] = 0
         last = spans[-1] if spans else None
         if last is not None and last[2] == goid and ts - last[1] + self.period_ns <= GAP_NS:
             last[1] = ts + self.period_ns
         else:
             spans.append([ts, ts + self.period_ns, goid])
+            self._appended[p] += 1
         run = self._runs.get(p)
         if run is not None and run.goid == goid and goid and ts - run.last <= GAP_NS:
             run.last = ts
@@ -203,6 +274,7 @@ class KernelPart(Part):
             d.clear()
         self._long.clear()
         self.long_total = 0
+        self._clear_views()
 
 
     def on_counter(self, e: EventTuple) -> None:
@@ -280,33 +352,99 @@ class KernelPart(Part):
             not_go=src.get(SAMPLE_NOT_GO, 0), kernel=src.get(SAMPLE_KERNEL, 0),
             records=self.records, period_ns=self.period_ns, off=self.off,
         )
-        timeline = {
-            p: tuple(Span(s, min(e, max(now, s)), PState.RUNNING if g else PState.SEARCHING, g)
-                  for s, e, g in spans)
-            for p, spans in sorted(self._spans.items())
-        }
+        if now < self._view_now:  # an earlier instant than the last view: settle anew
+            self._settled.clear()
+            self._settled_to.clear()
+        self._view_now = now
+        timeline = {p: self._timeline(p, spans, now) for p, spans in sorted(self._spans.items())}
         longs = [lr for _d, _s, lr in self._long]
         longs += [self._long_run(p, r, ongoing=True) for p, r in self._runs.items()
                   if r.last - r.start >= LONG_RUN_NS]
         longs.sort(key=lambda r: (-r.duration_ns, r.start, r.p))
-        gs = sorted(self.by_g.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_GOROUTINES]
-        per_g = []
-        for goid, (n, pbits) in gs:
-            st = self.g_stacks.get(goid, {})
-            sid = max(st.items(), key=lambda kv: (kv[1], -kv[0]))[0] if st else 0
-            procs = tuple(i for i in range(63) if pbits >> i & 1)
-            per_g.append(GoroutineCpu(goid, n, n * self.period_ns,
-                                      user_function(self.stacks.get(sid, ())), procs))
+        if self._moved:
+            self._rows_view = self._profile_rows()
+            self._moved.clear()
+        if self._own_moved:
+            self._own_view = dict(self._own)
+            self._own_moved = False
+        if self._not_go_moved:
+            self._not_go_view = dict(self._not_go)
+            self._not_go_moved = False
         return {
             "samples": stats,
             "timeline": timeline,
             "cpu_by_p": dict(sorted(self.by_p.items())),
-            "cpu_by_goroutine": tuple(per_g),
+            "cpu_by_goroutine": self._top_goroutines(),
             "long_running": tuple(longs[:TOP_LONG_RUNS]),
             "long_runs_total": self.long_total,
-            "profile": tuple(sorted((*k, n) for k, n in self.profile.items())),
+            "profile": self._rows_view,
             "stacks": self.stacks,
+            "own_stacks": self._own_view,
+            "not_go_sites": self._not_go_view,
+            "search_samples": self._search,
+            "run_samples": self._run,
         }
+
+    def _timeline(self, p: int, spans: deque[list[int]], now: int) -> tuple[Span, ...]:
+        """P's sampled spans at ``now``. Only the last span grows; one that ended at or before
+        ``now`` is final (``now`` never goes back), so it is made into a Span once."""
+        total = self._appended[p]
+        first = total - len(spans)  # spans ever appended before spans[0]
+        done = self._settled.get(p)
+        if done is None:
+            done = self._settled[p] = deque(maxlen=MAX_SPANS)
+        to = self._settled_to.get(p, first)
+        if to < first:
+            done.clear()
+            to = first
+        for s, e, g in islice(spans, to - first, total - 1 - first):
+            if e > now:
+                break
+            done.append(Span(s, e, PState.RUNNING if g else PState.SEARCHING, g))
+            to += 1
+        self._settled_to[p] = to
+        while done and to - len(done) < first:
+            done.popleft()
+        return tuple(done) + tuple(
+            Span(s, min(e, max(now, s)), PState.RUNNING if g else PState.SEARCHING, g)
+            for s, e, g in islice(spans, to - first, None))
+
+    def _profile_rows(self) -> tuple[tuple[int, int, int, int, int], ...]:
+        """The profile as sorted rows: the last view's, patched where samples came."""
+        prof, rows = self.profile, self._rows
+        if len(self._moved) > _REBUILD:
+            rows[:] = sorted((*k, n) for k, n in prof.items())
+        else:
+            for k in self._moved:
+                i = bisect_left(rows, k)  # a 4-tuple sorts just before its 5-tuple row
+                if i < len(rows) and rows[i][:4] == k:
+                    rows[i] = (*k, prof[k])
+                else:
+                    rows.insert(i, (*k, prof[k]))
+        return tuple(rows)
+
+    def _top_goroutines(self) -> tuple[GoroutineCpu, ...]:
+        """The TOP_GOROUTINES most sampled goroutines. Counts only grow, so the new top is
+        among the last top and the goroutines sampled since."""
+        moved, by_g = self._moved_g, self.by_g
+        if not moved:
+            return tuple(self._g_rows[g] for g in self._top_g)
+        cand = set(self._top_g) | moved
+        top = sorted(cand, key=lambda g: (-by_g[g][0], g))[:TOP_GOROUTINES]
+        rows = {}
+        for goid in top:
+            row = self._g_rows.get(goid)
+            if row is None or goid in moved:
+                n, pbits = by_g[goid]
+                st = self.g_stacks.get(goid, {})
+                sid = max(st.items(), key=lambda kv: (kv[1], -kv[0]))[0] if st else 0
+                procs = tuple(i for i in range(63) if pbits >> i & 1)
+                row = GoroutineCpu(goid, n, n * self.period_ns,
+                                   user_function(self.stacks.get(sid, ())), procs)
+            rows[goid] = row
+        self._top_g, self._g_rows = top, rows
+        moved.clear()
+        return tuple(rows[g] for g in top)
 
     def _sys_view(self, threads: dict[int, dict[str, int]]) -> dict[str, object]:
         by_name: dict[int, list[int]] = {}

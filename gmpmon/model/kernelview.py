@@ -97,6 +97,15 @@ class KernelView:
     # are in ``stacks`` (root first)
     profile: tuple[tuple[int, int, int, int, int], ...] = ()
     stacks: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    # Digests of ``profile`` kept as the samples come (the findings read these, not the
+    # whole profile, at every snapshot): goid -> (samples, stack id) of its most sampled
+    # stack that reaches the program's own code (``own_frame``; SAMPLE_GO and SAMPLE_G0
+    # rows; ties: the lowest stack id); stack id -> samples outside Go code (SAMPLE_NOT_GO
+    # rows); g0 samples in runtime.findRunnable (Ms looking for work); goroutine samples.
+    own_stacks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    not_go_sites: dict[int, int] = field(default_factory=dict)
+    search_samples: int = 0
+    run_samples: int = 0
     threads: tuple[ThreadView, ...] = ()  # by tid
     runq_latency: LatencyStats | None = None  # kernel run-queue delay of Ms (tracepoints)
     syscalls: int = 0
@@ -105,3 +114,37 @@ class KernelView:
     syscalls_by_p: tuple[ProcSyscalls, ...] = ()  # by P id
     syscalls_by_g: tuple[tuple[int, int, int], ...] = ()  # (goid, count, ns) by count desc
     sources: dict[str, str] = field(default_factory=dict)  # block -> "samples"|"tracepoints"
+
+
+RUNTIME_PREFIXES = ("runtime.", "internal/", "syscall.", "sync.", "[")
+
+
+def _is_program(frame: str) -> bool:
+    """A frame of the program (main, or a module: github.com/x/y.F), not of Go's standard
+    library (time.now, net/http.(*conn).serve): a standard package's path has no dot in its
+    first element."""
+    slash = frame.rfind("/")
+    pkg = frame[: slash + 1] + frame[slash + 1 :].split(".", 1)[0]
+    first = pkg.split("/", 1)[0]
+    return pkg == "main" or "." in first
+
+
+def own_frame(stack: tuple[str, ...]) -> str:
+    """The innermost frame of the program's own code (stacks are root first): of main or a
+    module if there is one, else of the standard library; "" if none (runtime.goexit and the
+    like are not the program's). A goroutine sampled in time.now inside main.poll is at
+    main.poll. (The findings' rule: the model keeps, per goroutine, its most sampled stack
+    for which this is not "", KernelView.own_stacks.)"""
+    fallback = ""
+    for f in reversed(stack):
+        if f.startswith(RUNTIME_PREFIXES):
+            continue
+        if _is_program(f):
+            return f
+        fallback = fallback or f
+    return fallback
+
+
+def in_find_runnable(stack: tuple[str, ...]) -> bool:
+    """The stack is inside the scheduler's search for work (runtime.findRunnable)."""
+    return any(f.startswith("runtime.findRunnable") for f in stack)

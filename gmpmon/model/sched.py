@@ -58,7 +58,7 @@ from gmpmon.model.part import (
     View,
 )
 from gmpmon.model.pstatus import p_status_decoder
-from gmpmon.model.snapshot import GState
+from gmpmon.model.snapshot import GState, Span
 
 _GSTATES = tuple(GState)
 
@@ -121,6 +121,7 @@ class P:
         "m",
         "runq",
         "since",
+        "span_views",
         "state",
         "timeline",
         "times",
@@ -137,6 +138,7 @@ class P:
         self.times = [0] * 6  # ns per PState
         self.executes = 0
         self.timeline: deque[tuple[int, int, int, int]] = deque(maxlen=max_spans)
+        self.span_views: deque[Span] = deque()  # the snapshot's Spans of it (model/view.py)
         # The latency part's per-P histograms (kept here: one attribute, no lookup, per hit)
         self.lat = h.new_hist()  # event-derived
         self.lat_sum = 0

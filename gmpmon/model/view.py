@@ -21,7 +21,7 @@ from gmpmon.model.legal import (
     P_UNKNOWN,
 )
 from gmpmon.model.part import Context, Part, View
-from gmpmon.model.sched import G, Sched
+from gmpmon.model.sched import G, P, Sched
 from gmpmon.model.snapshot import GoroutineView, GState, ProcView, PState, Snapshot, Span
 from gmpmon.model.steals import Steals
 
@@ -100,9 +100,7 @@ def procs(model: Modelled, at: View) -> tuple[ProcView, ...]:
     for pid in sorted(sched.procs):
         pp = sched.procs[pid]
         times = list(pp.times)
-        tl = pp.timeline
-        last = list(itertools.islice(tl, max(0, len(tl) - keep), None)) if keep > 0 else []
-        spans = [Span(s, t, _PSTATES[st], gid) for s, t, st, gid in last if t >= at.cutoff]
+        spans = closed_spans(pp, keep, at.cutoff)
         if pp.state != P_UNKNOWN and now > pp.since:
             if pp.exact:
                 times[pp.state] += now - pp.since
@@ -127,6 +125,29 @@ def procs(model: Modelled, at: View) -> tuple[ProcView, ...]:
             )
         )
     return tuple(out)
+
+
+def closed_spans(pp: P, keep: int, cutoff: int) -> list[Span]:
+    """The P's last ``keep`` closed spans that end at or after ``cutoff``. A closed span
+    never changes, so each becomes a Span once: ``pp.span_views`` holds them for the
+    timeline's tail, matched to it by start time (strictly increasing along a timeline)."""
+    tl, cv = pp.timeline, pp.span_views
+    n = len(tl)
+    first = max(0, n - keep) if keep > 0 else n
+    if first >= n:
+        cv.clear()
+        return []
+    s0 = tl[first][0]
+    while cv and cv[0].start < s0:
+        cv.popleft()  # left the timeline, or older than its last ``keep``
+    m = len(cv)
+    if m and (m > n - first or cv[0].start != s0 or cv[-1].start != tl[first + m - 1][0]):
+        cv.clear()  # not the timeline's spans (cannot happen; a rebuild is always right)
+        m = 0
+    if first + m < n:
+        cv.extend(Span(s, t, _PSTATES[st], gid)
+                  for s, t, st, gid in itertools.islice(tl, first + m, None))
+    return [sp for sp in cv if sp.end >= cutoff]
 
 
 def goroutines(model: Modelled) -> tuple[GoroutineView, ...]:
