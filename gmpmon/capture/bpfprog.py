@@ -25,6 +25,7 @@ from gmpmon._bcc import (
     scalar_items,
 )
 from gmpmon.binary.info import BinaryInfo, ProbeSite
+from gmpmon.capture.bpfsys import PerCpuU64Array
 from gmpmon.capture.sites import BinaryText, Site
 from gmpmon.errors import (
     CaptureError,
@@ -209,6 +210,9 @@ class BpfProgram:
         self._prev_counters: dict[int, int] = {}
         self._prev_lost = 0
         self._prev_hits = [0] * len(HANDLERS)
+        # Raw bpf(2) lookups of the per-CPU arrays read every 100 ms (26 hit counters and 4
+        # ring totals): BCC's item access allocates and converts per call, ~10x dearer.
+        self._percpu: dict[bytes, PerCpuU64Array] = {}
         self.gen = 0
 
     # --- uprobes -------------------------------------------------------------------------
@@ -342,14 +346,20 @@ class BpfProgram:
         return (self._total(b"emits"), self._total(b"lost"), self._total(b"ctr_full"),
                 self._total(b"marks"))
 
+    def _array(self, name: bytes) -> PerCpuU64Array:
+        a = self._percpu.get(name)
+        if a is None:
+            a = self._percpu[name] = PerCpuU64Array(self.bpf[name].map_fd)
+        return a
+
     def _total(self, name: bytes) -> int:
-        return int(sum(self.bpf[name][ct.c_int(0)]))
+        return self._array(name).total(0)
 
     def hit_deltas(self) -> list[tuple[int, int]]:
-        hits = self.bpf[b"hits"]
+        hits = self._array(b"hits")
         out = []
         for i in range(len(HANDLERS)):
-            total = int(sum(hits[ct.c_int(i)]))
+            total = hits.total(i)
             d = total - self._prev_hits[i]
             if d:
                 self._prev_hits[i] = total

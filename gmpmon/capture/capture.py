@@ -60,6 +60,12 @@ COUNTER_NS = 100_000_000
 # Records of different CPUs reach the ring buffer a few µs out of timestamp order; a record
 # is released once it is this much older than the newest poll.
 REORDER_NS = 3_000_000
+# Sample mode hands the model a batch every 50 ms, not every poll: its ~25 records per poll
+# made the model thread wake, take the GIL, feed, record and wait again 100 times a second
+# (a handoff cost a few % of gmpmon's CPU for nothing: the model orders by timestamp and a
+# snapshot is taken every 250 ms). Modes with hot probes, and triggers (they watch the
+# released records), keep releasing at every poll.
+RELEASE_SAMPLE_NS = 50_000_000
 U64 = (1 << 64) - 1
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
 _MUTEX = int(Kind.MUTEX)
@@ -134,6 +140,7 @@ class Capture:
         self._ring_cut = 0  # records left unread in the ring at the end (CUT_AT_END)
         self._inband_lost = 0  # ring losses reported by in-band LOST marks (and the rest)
         self.flight = Flight(list(triggers), burst_ms) if triggers else None
+        self.release_ns = RELEASE_SAMPLE_NS if mode == "sample" and not self.flight else 0
         self._error: BaseException | None = None
         self.cgroup = CgroupCpuReader(pid)  # CGROUP_CPU events, every mode (findings)
         self.kernel = KernelSources(info, pid, kernel)  # perf samples, raw tracepoints
@@ -302,6 +309,7 @@ class Capture:
         next_counters = now + COUNTER_NS
         next_alive = now
         cycle_start = now
+        next_release = now
         if self.mode == "default":
             self.hotctl = start_hotctl(self.prog, self.plan.hot, self.pid, self.budget_pct,
                                        self.window_ns, self.period_ns)
@@ -338,7 +346,9 @@ class Capture:
                 if not self._alive():
                     self.target_exited = True
                 next_alive = t0 + 100_000_000
-            self._release(t0 - REORDER_NS)
+            if t0 >= next_release:
+                self._release(t0 - REORDER_NS)
+                next_release = t0 + self.release_ns
             self.stats.polls += 1
             self.stats.cpu_s = time.thread_time() - cpu0
             if self.target_exited and self.stop_on_exit:

@@ -79,13 +79,18 @@ def sample_cpuprof(tmp_path: Path, go: str, info_edit: Any = None) -> tuple[
         counters: list[EventTuple] = []
         stacks: dict[int, tuple[str, ...]] = {}
         n = 0
-        while p.poll() is None:
-            s.poll(events, stacks)
+        while True:
+            done = p.poll() is not None
+            new: dict[int, tuple[str, ...]] = {}  # as each Batch gets them
+            s.poll(events, new)
+            assert not new.keys() & stacks.keys(), "a stack id defined twice"
+            stacks.update(new)
+            if done:
+                break
             n += 1
             if n % 10 == 0:
                 s.read_counters(time.monotonic_ns(), counters)
             time.sleep(0.01)
-        s.poll(events, stacks)
         s.read_counters(time.monotonic_ns(), counters)
     finally:
         s.close()
@@ -121,6 +126,10 @@ def test_samples_see_each_spinner_on_the_p_it_logged(tmp_path: Path, go: str) ->
     # The frameless leaf's caller is restored: burn is called from spin.
     burn = [stacks[e[5] >> 32] for e in go_samples if stacks[e[5] >> 32][-1] == "main.burn"]
     assert burn and all(st[-2] == "main.spin" for st in burn)
+    # One stack id per distinct stack (the word at [RSP] varies from sample to sample: it
+    # once made a new id for most samples), and every sample's id is defined.
+    assert len(set(stacks.values())) == len(stacks)
+    assert all(e[5] >> 32 in stacks or e[5] >> 32 == 0 for e in events)
 
 
 @pytest.mark.bpf
