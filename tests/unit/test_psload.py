@@ -293,3 +293,11 @@ def test_the_cache_directory_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         assert layoutcache.default_dir() == "/var/cache/gmpmon"
     monkeypatch.setenv("GMPMON_OFFSETS_TABLE", "/no/such/table.json")
     assert layoutcache.code_digest() is None  # an override that cannot be read: no cache
+
+
+def test_every_binaryinfo_field_is_cached_or_per_process() -> None:
+    """A field added to BinaryInfo must be stored by the cache or be set per process, else a
+    cached entry would silently give its default."""
+    names = {f.name for f in dataclasses.fields(BinaryInfo)}
+    assert names == set(layoutcache.FIELDS) | set(layoutcache._PER_PROCESS)
+    assert not set(layoutcache.FIELDS) & set(layoutcache._PER_PROCESS)
