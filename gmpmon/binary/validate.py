@@ -32,6 +32,7 @@ from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
 
 Read = Callable[[int, int], bytes]
+Tids = frozenset[int] | Callable[[], frozenset[int] | None] | None
 GROUPS: tuple[str, ...] = ("procs", "sched", "allgs", "allm")
 MAX_PROCS = 1024
 MAX_GS = 1 << 24
@@ -39,6 +40,7 @@ SAMPLE_GS = 256  # goroutines looked at in allgs (from the start: the oldest)
 P_STATUS_MAX = 4  # _Pdead
 SCHEDT_GOIDGEN = 0  # schedt's first field in 1.19-1.27 (runtime2.go; DWARF-checked in tests)
 ATTEMPTS = 20  # a busy target's P states move under the reads: retry, a wrong layout never holds
+PER_P_TRIES = 5  # and each P on its own within an attempt (64 busy Ps are never all still)
 PAUSE_S = 0.001
 
 
@@ -105,9 +107,10 @@ def _need(cond: bool, check: str) -> None:
 
 
 class _Checks:
-    def __init__(self, info: BinaryInfo, read: Read, tids: frozenset[int] | None) -> None:
+    def __init__(self, info: BinaryInfo, read: Read, tids: Tids) -> None:
         self.info = info
-        self.tids = tids
+        self._list_tids = tids if callable(tids) else None
+        self.tids = tids() if callable(tids) else tids
         self.m = _Mem(read)
         self.o = info.offsets
         self.gomaxprocs: int | None = None
@@ -129,7 +132,7 @@ class _Checks:
         return v
 
     def procs(self) -> None:
-        m, o = self.m, self.off
+        m = self.m
         n = m.i32(self.addr("runtime.gomaxprocs"), "gomaxprocs")
         _need(1 <= n <= MAX_PROCS, f"1 <= gomaxprocs <= {MAX_PROCS} (read {n})")
         ptr = m.u64(self.addr("runtime.allp"), "allp")
@@ -139,41 +142,62 @@ class _Checks:
         _need(cap >= ln, f"cap(allp) >= len(allp) (read {cap} < {ln})")
         ps = struct.unpack(f"<{n}Q", m.bytes(ptr, 8 * n, "allp's array"))
         for i, pp in enumerate(ps):
-            _need(pp != 0, f"allp[{i}] != nil")
-            pid = m.i32(pp + o("runtime.p.id"), f"allp[{i}].id")
-            _need(pid == i, f"allp[{i}].id == {i} (read {pid})")
-            st = m.u32(pp + o("runtime.p.status"), f"allp[{i}].status")
-            _need(st <= P_STATUS_MAX, f"allp[{i}].status in 0..{P_STATUS_MAX} (read {st})")
-            head = m.u32(pp + o("runtime.p.runqhead"), f"allp[{i}].runqhead")
-            tail = m.u32(pp + o("runtime.p.runqtail"), f"allp[{i}].runqtail")
-            runq = (tail - head) & 0xFFFFFFFF
-            _need(runq <= 256, f"allp[{i}] runqtail - runqhead <= 256 (read {runq})")
-            mp = m.u64(pp + o("runtime.p.m"), f"allp[{i}].m")
-            if st == 0:
-                _need(mp == 0, f"an idle P has no M (allp[{i}].m read {mp:#x})")
-            if st != 1 or mp == 0:
-                continue
-            self._thread(mp, f"allp[{i}].m")
-            back = m.u64(mp + o("runtime.m.p"), f"allp[{i}].m.p")
-            _need(back == pp, f"a running P's m.p points back to it (allp[{i}]: read {back:#x})")
-            g0 = m.u64(mp + o("runtime.m.g0"), f"allp[{i}].m.g0")
-            _need(g0 != 0, f"allp[{i}].m.g0 != nil")
-            g0m = m.u64(g0 + o("runtime.g.m"), f"allp[{i}].m.g0.m")
-            _need(g0m == mp, f"g0.m.g0 == g0 for allp[{i}]'s M (g0.m read {g0m:#x})")
-            gp = m.u64(mp + o("runtime.m.curg"), f"allp[{i}].m.curg")
-            if gp:
-                gm = m.u64(gp + o("runtime.g.m"), f"allp[{i}].m.curg.m")
-                _need(gm == mp, f"m.curg.m == m for allp[{i}]'s M (read {gm:#x})")
-                gst = m.u32(gp + o("runtime.g.atomicstatus"), "curg.atomicstatus") & ~GSCAN
-                # running, or in a syscall (1.26+ keeps the P running through one)
-                _need(gst in (2, 3), f"a running P's curg is running (allp[{i}]: read {gst})")
+            # A busy P moves between the reads of one pass (its curg just descheduled, its M
+            # just handed off): each P gets a few passes of its own, so that 64 busy Ps do not
+            # need one instant when all of them read consistent. A wrong layout fails all.
+            for k in range(PER_P_TRIES):
+                try:
+                    self._one_p(i, pp)
+                    break
+                except Failed:
+                    if k + 1 == PER_P_TRIES:
+                        raise
         self.gomaxprocs = n
 
-    def _thread(self, mp: int, what: str) -> None:
-        if self.tids is None:
+    def _one_p(self, i: int, pp: int) -> None:
+        m, o = self.m, self.off
+        _need(pp != 0, f"allp[{i}] != nil")
+        pid = m.i32(pp + o("runtime.p.id"), f"allp[{i}].id")
+        _need(pid == i, f"allp[{i}].id == {i} (read {pid})")
+        st = m.u32(pp + o("runtime.p.status"), f"allp[{i}].status")
+        _need(st <= P_STATUS_MAX, f"allp[{i}].status in 0..{P_STATUS_MAX} (read {st})")
+        head = m.u32(pp + o("runtime.p.runqhead"), f"allp[{i}].runqhead")
+        tail = m.u32(pp + o("runtime.p.runqtail"), f"allp[{i}].runqtail")
+        runq = (tail - head) & 0xFFFFFFFF
+        _need(runq <= 256, f"allp[{i}] runqtail - runqhead <= 256 (read {runq})")
+        mp = m.u64(pp + o("runtime.p.m"), f"allp[{i}].m")
+        if st == 0:
+            _need(mp == 0, f"an idle P has no M (allp[{i}].m read {mp:#x})")
+        if st != 1 or mp == 0:
+            return
+        self._thread(mp, f"allp[{i}].m")
+        back = m.u64(mp + o("runtime.m.p"), f"allp[{i}].m.p")
+        _need(back == pp, f"a running P's m.p points back to it (allp[{i}]: read {back:#x})")
+        g0 = m.u64(mp + o("runtime.m.g0"), f"allp[{i}].m.g0")
+        _need(g0 != 0, f"allp[{i}].m.g0 != nil")
+        g0m = m.u64(g0 + o("runtime.g.m"), f"allp[{i}].m.g0.m")
+        _need(g0m == mp, f"g0.m.g0 == g0 for allp[{i}]'s M (g0.m read {g0m:#x})")
+        gp = m.u64(mp + o("runtime.m.curg"), f"allp[{i}].m.curg")
+        if gp:
+            gm = m.u64(gp + o("runtime.g.m"), f"allp[{i}].m.curg.m")
+            _need(gm == mp, f"m.curg.m == m for allp[{i}]'s M (read {gm:#x})")
+            gst = m.u32(gp + o("runtime.g.atomicstatus"), "curg.atomicstatus") & ~GSCAN
+            # running, or in a syscall (1.26+ keeps the P running through one)
+            _need(gst in (2, 3), f"a running P's curg is running (allp[{i}]: read {gst})")
+
+    def _thread(self, mp: int, what: str, *, new_ok: bool = False) -> None:
+        """m.procid is one of the process's threads. The list is read again when a tid is
+        not in it (a busy runtime starts threads while it is checked). ``new_ok``: an M
+        linked into allm before its thread ran minit has procid 0 for a moment."""
+        known = self.tids
+        if known is None:
             return
         tid = self.m.u64(mp + self.off("runtime.m.procid"), f"{what}.procid")
-        _need(tid in self.tids, f"{what}.procid is a thread of the process (read {tid})")
+        if new_ok and tid == 0:
+            return
+        if tid not in known and self._list_tids is not None:
+            known = self.tids = self._list_tids() or known
+        _need(tid in known, f"{what}.procid is a thread of the process (read {tid})")
 
     def sched(self) -> None:
         m, o = self.m, self.off
@@ -190,8 +214,16 @@ class _Checks:
             size = m.i32(base + rq, "sched.runqsize")
             _need(0 <= size < MAX_GS, f"0 <= sched runq size < 2^24 (read {size})")
         if self.gomaxprocs is not None:
-            idle = self._idle_ps()
-            _need(npidle == idle, f"sched.npidle == the number of idle Ps (read {npidle}, {idle})")
+            # npidle moves while allp is counted: it must equal the count read just before or
+            # just after it, in one of a few tries.
+            for k in range(PER_P_TRIES):
+                idle = self._idle_ps()
+                again = m.i32(base + o("runtime.schedt.npidle"), "sched.npidle")
+                if idle in (npidle, again):
+                    break
+                _need(k + 1 < PER_P_TRIES,
+                      f"sched.npidle == the number of idle Ps (read {npidle}, {idle})")
+                npidle = again
         self.goidgen = goidgen
 
     def _idle_ps(self) -> int:
@@ -237,7 +269,7 @@ class _Checks:
         _need(g0 != 0, "allm.g0 != nil")
         g0m = m.u64(g0 + o("runtime.g.m"), "allm.g0.m")
         _need(g0m == mp, f"g0.m.g0 == g0 for allm (g0.m read {g0m:#x}, allm {mp:#x})")
-        self._thread(mp, "allm")
+        self._thread(mp, "allm", new_ok=True)
         pp = m.u64(mp + o("runtime.m.p"), "allm.p")
         if pp:
             back = m.u64(pp + o("runtime.p.m"), "allm.p.m")
@@ -314,13 +346,14 @@ def validate_layout(
     read: Read,
     *,
     groups: tuple[str, ...] = GROUPS,
-    tids: frozenset[int] | None = None,
+    tids: Tids = None,
     attempts: int = ATTEMPTS,
     pause_s: float = PAUSE_S,
 ) -> Layout:
     """Run the checks of ``groups`` on the live process behind ``read`` (runtime addresses;
     link-time globals get ``info.load_bias`` added here). ``tids``: the process's thread ids
-    (/proc/PID/task), to check m.procid; None skips that check."""
+    (/proc/PID/task), or a function that lists them now, to check m.procid; None skips
+    that check."""
     failed: dict[str, str] = {}
     unchecked: set[str] = set()
     gomaxprocs: int | None = None

@@ -53,7 +53,8 @@ def check_layout(
         deadline = time.monotonic() + (STARTING_S if starting else 0)
         while True:
             layout = validate_layout(
-                info, lambda a, n: os.pread(fd, n, a), groups=groups, tids=_tids(pid)
+                info, lambda a, n: os.pread(fd, n, a), groups=groups,
+                tids=lambda: _tids(pid),
             )
             if layout.ok(*groups) or time.monotonic() >= deadline:
                 return layout

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,25 @@ def test_layout_holds_on_idle_and_busy_targets(tmp_path: Path, go: str, mode: st
             t.kill()
         assert layout.failed == {}, (name, layout.failed)
         assert layout.gomaxprocs == 2
+
+
+def test_layout_holds_on_64_busy_ps(tmp_path: Path) -> None:
+    """64 Ps, 20k parked goroutines and 64 wakers (the scale workload): the Ps move between
+    the reads of one pass, all the time. The checks once failed here on every attempt ("a
+    running P's curg is running (allp[21]: read 1)": that curg had just been descheduled),
+    which turned the sampler, runtime counters and GOMAXPROCS off on a healthy target."""
+    exe = copy_target(tmp_path, "scale", versions()[-1], "stripped")
+    t = Proc([str(exe), "-procs", "64", "-g", "100000", "-wakers", "64", "-t", "60s"])
+    try:
+        t.wait_line("ready", timeout=60)
+        time.sleep(0.5)  # the wakers are at work
+        info = load_pid(t.p.pid)
+        for _ in range(10):
+            layout = check_layout(info, t.p.pid, GROUPS)
+            assert layout.failed == {}, layout.failed
+            assert layout.gomaxprocs == 64
+    finally:
+        t.kill()
 
 
 # offset key, shift -> the words of the check that must fail (on the busy target)
