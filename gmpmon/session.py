@@ -30,6 +30,10 @@ from gmpmon.record import RecordingWriter
 from gmpmon.source import Cost, DutyCycle, InputState, SourceStatus
 
 SNAPSHOT_EVERY_S = 0.25
+# A snapshot (views and findings) of a big target costs seconds (64 Ps, 100k goroutines:
+# 2-4 s), and the model thread makes it: the next one waits this many times as long as the
+# last took, so snapshots take at most a quarter of the model's time and it keeps up.
+SNAPSHOT_SHARE = 4
 CUT_AFTER_S = 0.3
 # Tests only: hold the GIL this long per batch, as a model far too slow for its input would.
 SLOW_MODEL_S = float(os.environ.get("GMPMON_DEBUG_SLOW_MODEL_MS", "0") or 0) / 1000
@@ -250,9 +254,11 @@ class LiveSession:
                         batch = Batch(events, batch.stacks)
                 self._consume(batch)
                 now = time.monotonic()
-                if now >= next_snap:
+                # Once close() began, the final snapshot is close()'s: none in between.
+                if now >= next_snap and not self._cut_at:
                     self._latest = snapshot_with_findings(self.model)
-                    next_snap = now + SNAPSHOT_EVERY_S
+                    took = time.monotonic() - now
+                    next_snap = now + max(SNAPSHOT_EVERY_S, SNAPSHOT_SHARE * took)
         except BaseException as e:
             self.error = e
             self.capture.request_stop()  # the run ends now: detach, outputs, non-zero exit
