@@ -477,3 +477,35 @@ def test_a_goroutines_own_frame_is_the_programs_not_the_standard_librarys() -> N
     assert own_frame(("runtime.goexit", "net/http.(*conn).serve", "bufio.(*Reader).Read")) == \
         "bufio.(*Reader).Read"
     assert own_frame(("runtime.goexit", "runtime.gcBgMarkWorker")) == ""
+
+
+def test_attribution_sweeps_within_its_span_budget() -> None:
+    """64 Ps with 3,000 spans each under every wait (the scale workload's shape): the sweep
+    stops at MAX_SPANS spans, says so, and scales what it saw to the whole tail."""
+    import dataclasses
+    import time
+    from pathlib import Path
+
+    from gmpmon.findings import attribution
+    from gmpmon.model.snapshot import PState, Span
+    from gmpmon.record import read_recording
+    from gmpmon.replay import replay_all
+
+    base = replay_all(read_recording(str(Path(__file__).parent.parent / "data" / "sleeper.gmp")))
+    t0 = base.now - 3_000_000
+    # Every P alternates running / idle in step, 1 us each: half of each wait is idle.
+    spans = tuple(Span(t0 + k * 1000, t0 + (k + 1) * 1000,
+                       PState.RUNNING if k % 2 else PState.IDLE, 7) for k in range(3000))
+    procs = tuple(dataclasses.replace(base.procs[0], id=i, timeline=spans) for i in range(64))
+    snap = dataclasses.replace(base, procs=procs, stw_spans=())
+    samples = [(t0, t0 + 3_000_000, 0, g) for g in range(100)]
+    began = time.process_time()
+    a = attribution.attribute(snap, samples, threshold_ns=1)
+    took = time.process_time() - began
+    assert a.samples == 100 and a.wait_ns == 100 * 3_000_000
+    per_wait = 64 * 3000
+    swept = max(1, -(-attribution.MAX_SPANS // per_wait))
+    assert f"{swept} of the 100 waits swept" in a.note, a.note
+    assert abs(a.share("idle") - 0.5) < 0.01 and abs(a.share("all_running") - 0.5) < 0.01
+    assert sum(a.breakdown.values()) == pytest.approx(a.wait_ns, rel=1e-6)
+    print(f"attribution of 100 waits over 64 Ps x 3,000 spans: {took:.2f} CPU-s")
