@@ -118,13 +118,7 @@ def _track(insns: list[Any], entry: int, targets: set[int], refs: list[Ref],
         has_rip = "rip" in ins.op_str
         if not has_rip and mn not in _OPERANDS_OF:
             if regs:  # nothing to learn from it but which tracked registers it writes
-                try:
-                    _read, written = ins.regs_access()
-                except capstone.CsError:
-                    regs.clear()
-                    continue
-                for w in written:
-                    regs.pop(_r64(_MD, w), None)
+                _forget_written(ins, regs)
             continue
         ops = ins.operands
         new: tuple[str, int] | None = None
@@ -142,15 +136,23 @@ def _track(insns: list[Any], entry: int, targets: set[int], refs: list[Ref],
         elif mn == "mov" and len(ops) == 2 and ops[0].type == _REG and ops[1].type == _IMM:
             new = ("imm", ops[1].imm & 0xFFFFFFFF if ops[0].size == 4 else ops[1].imm)
         if regs or new is not None:
-            try:
-                _read, written = ins.regs_access()
-            except capstone.CsError:
-                regs.clear()
+            if not _forget_written(ins, regs):
                 continue
-            for w in written:
-                regs.pop(_r64(_MD, w), None)
             if new is not None and ops and ops[0].type == _REG:
                 regs[_r64(_MD, ops[0].reg)] = new
+
+
+def _forget_written(ins: Any, regs: dict[str, tuple[str, int]]) -> bool:
+    """Drop the tracked registers ``ins`` writes; False (and nothing tracked any more) when
+    capstone cannot say which those are."""
+    try:
+        _read, written = ins.regs_access()
+    except capstone.CsError:
+        regs.clear()
+        return False
+    for w in written:
+        regs.pop(_r64(_MD, w), None)
+    return True
 
 
 def _rip_ref(ins: Any, ops: Any, mn: str, off: int) -> tuple[Ref, tuple[str, int] | None] | None:
