@@ -137,7 +137,9 @@ def own_frame(stack: tuple[str, ...]) -> str:
     for which this is not "", KernelView.own_stacks.)"""
     fallback = ""
     for f in reversed(stack):
-        if f.startswith(RUNTIME_PREFIXES):
+        # A name without a package ("gogo", "mcall": assembly, symbolized bare) is the
+        # runtime's too: a sample on g0 in schedule() is not the goroutine's code.
+        if f.startswith(RUNTIME_PREFIXES) or "." not in f:
             continue
         if _is_program(f):
             return f
