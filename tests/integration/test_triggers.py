@@ -69,23 +69,28 @@ def test_latency_spike_fires_a_trigger_and_the_dump_replays_with_it(tmp_path: Pa
     assert lat["max"] >= 5_000_000
 
 
-@pytest.mark.bpf
-def test_sigusr1_fires_its_trigger(tmp_path: Path) -> None:
+def sigusr1_dumps(tmp_path: Path, after_s: float, *args: str) -> tuple[Proc, list[Path]]:
+    """A sleeper attached with ``--trigger sigusr1`` and ``args``; SIGUSR1 ``after_s`` after
+    the first line; gmpmon (ended, exit 0) and the dumps it wrote."""
     exe = copy_target(tmp_path, "sleeper")
     dump_dir = tmp_path / "dumps"
     dump_dir.mkdir()
     target = Proc([str(exe), "-n", "100000", "-d", "1ms"])
     try:
         target.wait_line("ready")
-        gm = attach(target.p.pid, "--duration", "3", "--trigger", "sigusr1", "--burst", "200",
-                    "--dump-dir", str(dump_dir))
+        gm = attach(target.p.pid, "--trigger", "sigusr1", "--dump-dir", str(dump_dir), *args)
         gm.wait_line("Tracing Go scheduler of PID")
-        time.sleep(1.0)
+        time.sleep(after_s)
         os.kill(gm.p.pid, signal.SIGUSR1)
         assert gm.p.wait(timeout=TIMEOUT) == 0, gm.err
     finally:
         target.kill()
-    files = dumps_in(dump_dir)
+    return gm, dumps_in(dump_dir)
+
+
+@pytest.mark.bpf
+def test_sigusr1_fires_its_trigger(tmp_path: Path) -> None:
+    gm, files = sigusr1_dumps(tmp_path, 1.0, "--duration", "3", "--burst", "200")
     assert [f.name.endswith("-sigusr1.gmp") for f in files] == [True], (files, gm.err)
     r = subprocess.run([*GM, "replay", str(files[0]), "--no-tui"], capture_output=True,
                        text=True, timeout=TIMEOUT)
@@ -97,22 +102,8 @@ def test_a_burst_in_an_open_window_extends_it_and_is_recorded(tmp_path: Path) ->
     """Windows of 950 ms every second: the SIGUSR1 burst nearly always lands in an open one.
     The dump must show it (WINDOW 2, a1 = the burst) and the probes must stay on to its end;
     landing in a gap, it opens a window of its own (WINDOW 1, a1 = the burst)."""
-    exe = copy_target(tmp_path, "sleeper")
-    dump_dir = tmp_path / "dumps"
-    dump_dir.mkdir()
-    target = Proc([str(exe), "-n", "100000", "-d", "1ms"])
-    try:
-        target.wait_line("ready")
-        gm = attach(target.p.pid, "--duration", "4", "--trigger", "sigusr1", "--burst", "700",
-                    "--window-ms", "950", "--period-ms", "1000", "--budget", "20",
-                    "--dump-dir", str(dump_dir))
-        gm.wait_line("Tracing Go scheduler of PID")
-        time.sleep(1.5)
-        os.kill(gm.p.pid, signal.SIGUSR1)
-        assert gm.p.wait(timeout=TIMEOUT) == 0, gm.err
-    finally:
-        target.kill()
-    files = dumps_in(dump_dir)
+    gm, files = sigusr1_dumps(tmp_path, 1.5, "--duration", "4", "--burst", "700",
+                              "--window-ms", "950", "--period-ms", "1000", "--budget", "20")
     assert len(files) == 1, (files, gm.err)
     trig_ts = 0
     wins: list[tuple[int, int, int]] = []
