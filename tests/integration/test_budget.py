@@ -34,9 +34,9 @@ def windows(rec: Path) -> list[tuple[int, int, int, int]]:
     for b in read_recording(str(rec)):
         for e in b.events:
             if e[1] == Kind.WINDOW:
-                if e[5]:
+                if e[5] == 1:  # attached (2: a burst extended the open one: same window)
                     opened = (e[0], e[6])
-                elif opened is not None:
+                elif e[5] == 0 and opened is not None:
                     out.append((opened[0], e[0], opened[1], e[6]))
                     opened = None
     return out
