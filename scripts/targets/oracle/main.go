@@ -113,10 +113,15 @@ func delta(a, b map[string]metrics.Sample) map[string]any {
 	return out
 }
 
+// runtimeLocks counts the records (stacks) of runtime-internal locks the last mutexDelayNs
+// left out.
+var runtimeLocks int
+
 // mutexDelayNs sums the delay of sync.Mutex records in the mutex profile.
 func mutexDelayNs() (float64, uint64) {
 	var buf bytes.Buffer
 	_ = pprof.Lookup("mutex").WriteTo(&buf, 1)
+	runtimeLocks = 0
 	sc := bufio.NewScanner(&buf)
 	cps := 0.0
 	var total float64
@@ -144,6 +149,13 @@ func mutexDelayNs() (float64, uint64) {
 			cnt, _ = strconv.ParseUint(f[1], 10, 64)
 			inRec = true
 			continue
+		}
+		// From Go 1.22 the runtime's own locks are in this profile too, with the stack of
+		// their unlock: a contended semaphore-root lock released inside Mutex.Unlock has
+		// sync.(*Mutex).Unlock on its stack, but no goroutine parked for it.
+		if inRec && strings.Contains(line, "\truntime.unlock") {
+			inRec = false
+			runtimeLocks++
 		}
 		if inRec && strings.Contains(line, "sync.(*Mutex).Unlock") {
 			isMutex = true
@@ -356,6 +368,7 @@ func main() {
 		"pause_total_ns":         ms1.PauseTotalNs - ms0.PauseTotalNs,
 		"mutex_profile_delay_ns": mu1 - mu0,
 		"mutex_profile_count":    mc1 - mc0,
+		"runtime_lock_records":   runtimeLocks,
 		"metrics":                delta(m0, m1),
 	}
 	b, _ := json.Marshal(out)
