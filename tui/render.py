@@ -170,6 +170,29 @@ def timeline_cells(
     return cells
 
 
+# What the 100 Hz P status reads may say in a sampled cell where no perf sample fell: the
+# states in which a P's M is not running Go code (a "running" read with no CPU sample means
+# the M was off CPU, or ran less than a sample period: not observed).
+_OFF_CPU_STATES = frozenset({PState.IDLE, PState.SYSCALL, PState.GCSTOP})
+
+
+def sampled_cell(on_cpu: Sequence[Span], status: Sequence[Span], lo: int, hi: int) -> Cell:
+    """The cell [lo, hi) of a sampled timeline: what the perf samples saw on the P (a
+    goroutine, or its M on g0 searching for work) wherever they saw anything, else what the
+    P status reads say when it is a state off the CPU (idle, syscall, GC stop), else
+    unknown."""
+    cell = cell_of(on_cpu, lo, hi)
+    if cell[0] is not PState.UNKNOWN:
+        return cell
+    return cell_of([s for s in _window(status, lo, hi) if s.state in _OFF_CPU_STATES], lo, hi)
+
+
+def _window(spans: Sequence[Span], lo: int, hi: int) -> Sequence[Span]:
+    i = max(bisect_right(spans, lo, key=_start) - 1, 0)
+    j = bisect_right(spans, hi, key=_start)
+    return spans[i:j]
+
+
 class TimelineGrid:
     """Per-P timeline cells on a fixed time grid (cell n covers [n*cell_ns, (n+1)*cell_ns)).
 
@@ -180,17 +203,26 @@ class TimelineGrid:
 
     def __init__(self) -> None:
         self.cell_ns = 0
+        self.key: tuple[int, bool] = (0, True)
         self.now = 0
         self._done: dict[int, dict[int, Cell]] = {}
 
     def row(self, p: int, spans: Sequence[Span], stw: Iterable[tuple[int, int]], now: int,
-            cell_ns: int, width: int) -> list[Cell]:
-        if cell_ns != self.cell_ns or now < self.now:
+            cell_ns: int, width: int, status: Sequence[Span] | None = None,
+            settle_ns: int = 0) -> list[Cell]:
+        """``status``: draw a sampled timeline (:func:`sampled_cell`), ``spans`` being the
+        perf samples' and ``status`` the P status reads'. Cells ending within ``settle_ns``
+        of ``now`` are not kept (their events may still be on the way: perf samples come in
+        batches)."""
+        key = (cell_ns, status is None)
+        if key != self.key or now < self.now:
             self._done.clear()
+            self.key = key
             self.cell_ns = cell_ns
         self.now = now
         last = now // cell_ns  # the cell holding ``now``: not finished, never cached
         first = last - width + 1
+        settled = (now - settle_ns) // cell_ns  # cells before this one are final
         done = self._done.setdefault(p, {})
         for n in [n for n in done if n < first]:
             del done[n]
@@ -198,8 +230,10 @@ class TimelineGrid:
         for n in range(first, last + 1):
             cell = done.get(n)
             if cell is None:
-                cell = cell_of(spans, n * cell_ns, (n + 1) * cell_ns)
-                if n < last:
+                lo, hi = n * cell_ns, (n + 1) * cell_ns
+                cell = (cell_of(spans, lo, hi) if status is None
+                        else sampled_cell(spans, status, lo, hi))
+                if n < last and n < settled:
                     done[n] = cell
             cells.append(cell)
         _overlay_stw(cells, stw, first * cell_ns, cell_ns)

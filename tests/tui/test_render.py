@@ -10,6 +10,7 @@ from gmpmon.tui.render import (
     fmt_count,
     fmt_ns,
     latency_spark,
+    sampled_cell,
     short_stack,
     timeline_cells,
 )
@@ -64,6 +65,24 @@ def test_grid_reuses_finished_cells_and_matches_a_full_recompute() -> None:
         assert row == timeline_cells(shown, stw, first, first + cell * width, width), now
     assert grid.row(0, [], (), 3300, cell, width)[-1] == UNKNOWN_CELL
     assert len(grid._done[0]) <= width
+
+
+def test_sampled_cell_runs_where_samples_saw_a_cpu_else_the_off_cpu_status() -> None:
+    """Sample mode: perf samples (on CPU) first; the 100 Hz P status reads fill the rest only
+    with states off the CPU; a status read saying running with no sample is not observed."""
+    on_cpu = [Span(10, 11, R, 7), Span(30, 31, S)]
+    status = [Span(0, 20, R, 7), Span(20, 60, IDLE), Span(60, 80, PState.SYSCALL, 9),
+              Span(80, 100, R, 5)]
+    assert sampled_cell(on_cpu, status, 0, 20) == (R, 7, 1)
+    assert sampled_cell(on_cpu, status, 20, 40) == (S, 0, 8)  # g0 searching, seen on a CPU
+    assert sampled_cell(on_cpu, status, 40, 60) == (IDLE, 0, 8)
+    assert sampled_cell(on_cpu, status, 60, 80) == (PState.SYSCALL, 9, 8)
+    assert sampled_cell(on_cpu, status, 80, 100) == UNKNOWN_CELL  # "running", no sample
+    # The grid draws a sampled row with the same rule, and keeps no unsettled cell.
+    grid = TimelineGrid()
+    row = grid.row(0, on_cpu, (), 99, 20, 5, status=status, settle_ns=30)
+    assert row == [sampled_cell(on_cpu, status, 20 * i, 20 * i + 20) for i in range(5)]
+    assert sorted(grid._done[0]) == [0, 1, 2]
 
 
 def test_bar_is_proportional_and_never_empty_for_nonzero() -> None:

@@ -81,6 +81,13 @@ FACTS: dict[str, Callable[[str], None]] = {
     "sched-fanout": lambda t: ("runnable → running latency" in t and re.search(r"p99 <\d", t)
                                and "illegal" not in t) or _fail(t),
     "contention-mutex": lambda t: "main.contend" in t or _fail(t),
+    # sample mode (issue #11): the strip is the perf samples', the Ms come from tracepoints
+    "procs-sample-kernel": lambda t: (
+        _procs_rows(t) and "sampled: " in t and "timeline sampled (1 kHz perf samples)" in t
+        and "Ms: OS threads" in t and "run-queue delay p50" in t) or _fail(t),
+    "sched-sample-kernel": lambda t: (
+        "source: runtime counters (~1 in 8 transitions)" in t and re.search(r"p99 <\d", t)
+        and "probed run latency: not measured" in t) or _fail(t),
     "goroutines-spawn": lambda t: (re.search(r"seen \d+", t) is not None
                                    and not re.search(r"^ +\d+ +\? ", t, re.M)
                                    and "by wait time" in t) or _fail(t),
@@ -95,8 +102,11 @@ FACTS: dict[str, Callable[[str], None]] = {
         ("fanout", 1.0, "2"),  # steals between the two Ps
         ("mutex", 1.0, "3"),  # one contended sync.Mutex in main.contend
         ("spawn", 0.5, "4"),  # goroutines created and exiting
+        ("demo-sample-kernel", 1.0, "1"),  # sample mode: the perf samples' strip, the Ms
+        ("demo-sample-kernel", 1.0, "2"),  # sample mode: the runtime's latency histogram
     ],
-    ids=["procs-syscall", "procs-gc", "sched-fanout", "contention-mutex", "goroutines-spawn"],
+    ids=["procs-syscall", "procs-gc", "sched-fanout", "contention-mutex", "goroutines-spawn",
+         "procs-sample-kernel", "sched-sample-kernel"],
 )
 def test_view_80x24(snap_compare: Any, request: pytest.FixtureRequest, recording: str,
                     at: float, key: str) -> None:

@@ -8,7 +8,15 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from gmpmon.model.snapshot import ProcView, PState, Snapshot
+from gmpmon.model.snapshot import ProcView, PState, Snapshot, Span
+from gmpmon.tui.kernel import (
+    oncpu_panel,
+    sampled_timeline,
+    syscalls_panel,
+    threads_panel,
+    timeline_label,
+    timeline_source,
+)
 from gmpmon.tui.measure import NOT_MEASURED, coverage, hot_count
 from gmpmon.tui.render import (
     NS_PER_S,
@@ -40,6 +48,9 @@ RUNQ_BAR = 6
 WIDE = 110  # from this width on, the M and busy% columns are shown too
 MANY_PS = 8  # above this: busy Ps first, idle Ps on one line, a heat strip of every P
 STATE_W = 10  # "searching?"
+# Perf samples reach the model in batches (50 ms) behind the other sources: a sampled cell
+# this close to ``now`` may still fill, so it is not kept as final.
+SAMPLED_SETTLE_NS = 250_000_000
 
 
 class ProcTable(Widget):
@@ -54,6 +65,7 @@ class ProcTable(Widget):
         self.grid = TimelineGrid()
         self.cell_ns = 0  # time per cell of the last render (for zooming from auto)
         self.collapsed: tuple[int, ...] = ()  # P ids folded into the idle line last render
+        self.sampled: dict[int, tuple[Span, ...]] | None = None  # the last render's strip
 
     def zoom(self, delta: int) -> None:
         """delta -1: smaller cells (zoom in), +1: bigger cells."""
@@ -86,7 +98,10 @@ class ProcTable(Widget):
         self.cell_ns = cell_ns
         runq_full = max(8, *(p.runq for p in snap.procs)) if snap.procs else 8
         lo = t1 - cell_ns * max(tl_w, 1)
-        shares = {p.id: busy_share(p.timeline, lo, t1) for p in snap.procs}
+        sampled = sampled_timeline(snap)  # sample mode: the strip is the perf samples'
+        self.sampled = sampled
+        shares = {p.id: busy_share(p.timeline if sampled is None else sampled.get(p.id, ()),
+                                   lo, t1) for p in snap.procs}
 
         head = Text(style="bold dim", no_wrap=True)
         head.append(f"{'P':>3} {'state':<{STATE_W}} {'G':>8} {'runq':>4} {'':<{RUNQ_BAR}} ")
@@ -94,7 +109,10 @@ class ProcTable(Widget):
         if wide:
             head.append(f"{'M':>8} {'busy':>5} ")
         if tl_w >= 12:
-            label = f"{fmt_ns(cell_ns)}/cell, last {fmt_ns(cell_ns * tl_w)}"
+            cell, span, pre = fmt_ns(cell_ns), fmt_ns(cell_ns * tl_w), timeline_label(snap)
+            # The sampled strip says so first, dropping its span rather than that word.
+            label = next((c for c in (f"{pre}{cell}/cell, last {span}", f"{pre}{cell}/cell")
+                          if len(c) <= tl_w - 4), f"{cell}/cell, last {span}")
             head.append(label[: tl_w - 4].ljust(tl_w - 3) + "now")
         lines = [head]
         marks = trigger_marks(snap.triggers, lo, cell_ns, tl_w) if tl_w >= 12 else None
@@ -156,7 +174,13 @@ class ProcTable(Widget):
             busy = f"{100 * p.running_ns / total:.0f}%" if total else "-"
             row.append(f"{p.m or '-':>8} {busy:>5} ")
         if tl_w > 0:
-            cells = self.grid.row(p.id, p.timeline, snap.stw_spans, snap.now, cell_ns, tl_w)
+            if self.sampled is None:
+                cells = self.grid.row(p.id, p.timeline, snap.stw_spans, snap.now, cell_ns,
+                                      tl_w)
+            else:
+                cells = self.grid.row(p.id, self.sampled.get(p.id, ()), snap.stw_spans,
+                                      snap.now, cell_ns, tl_w, status=p.timeline,
+                                      settle_ns=SAMPLED_SETTLE_NS)
             row.append_text(timeline_text(cells))
         return row
 
@@ -168,6 +192,19 @@ class ProcsView(KeyScroll):
         yield Static(id="procs-summary")
         yield ProcTable(id="procs-table")
         yield Static(legend(), id="procs-legend")
+        yield Static(id="procs-source")
+        yield Static(id="procs-threads", classes="panel")
+        yield Static(id="procs-syscalls", classes="panel")
+        yield Static(id="procs-oncpu", classes="panel")
+
+    def on_mount(self) -> None:
+        titles = {
+            "procs-threads": "Ms: OS threads (kernel)",
+            "procs-syscalls": "syscalls per P",
+            "procs-oncpu": "on CPU: goroutines (perf samples)",
+        }
+        for wid, title in titles.items():
+            self.query_one(f"#{wid}", Static).border_title = title
 
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None:
@@ -192,6 +229,17 @@ class ProcsView(KeyScroll):
         if cov.hot and not cov.exact:
             text.append(f" {cov.note()}", style="dim")
         self.query_one("#procs-summary", Static).update(text)
+        source = self.query_one("#procs-source", Static)
+        source.display = snap.window != "exact"  # full mode: probe events, as everywhere
+        source.update(timeline_source(snap))
+        width = self.size.width or self.app.size.width
+        for wid, panel in (("procs-threads", threads_panel(snap, width)),
+                           ("procs-syscalls", syscalls_panel(snap)),
+                           ("procs-oncpu", oncpu_panel(snap))):
+            box = self.query_one(f"#{wid}", Static)
+            box.display = panel is not None
+            if panel is not None:
+                box.update(panel)
 
     def zoom(self, delta: int) -> None:
         self.query_one(ProcTable).zoom(delta)

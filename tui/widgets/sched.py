@@ -75,12 +75,35 @@ def runtime_edges(go_version: str) -> tuple[int, ...]:
     return bucket_bounds(720 if minor < 21 else 160)
 
 
+RUNTIME_SOURCE = ("source: runtime counters (~1 in 8 transitions): sched.timeToRun, the "
+                  "runtime's own histogram behind /sched/latencies:seconds")
+
+
+def runtime_latency_panel(snap: Snapshot) -> Group | None:
+    """Sample mode's run latency: the runtime's own histogram, drawn as the probes' is."""
+    rv = snap.runtime
+    if rv is None or not rv.reads:
+        return None
+    lat = rv.latency
+    if lat.count == 0:
+        return Group(Text("runtime counters: no goroutine transition timed yet", style="dim"),
+                     Text(RUNTIME_SOURCE, style="dim"))
+    edges = runtime_edges(snap.go_version)
+    head = Text(f"n={fmt_count(lat.count)}  p50 {fmt_q(lat.p50, lat, edges)}  "
+                f"p90 {fmt_q(lat.p90, lat, edges)}  p99 {fmt_q(lat.p99, lat, edges)}  "
+                f"max {fmt_q(lat.max, lat, edges)}")
+    spark, axis = latency_spark(lat)
+    return Group(head, spark, axis, Text(RUNTIME_SOURCE, style="dim"),
+                 Text(BUCKET_NOTE, style="dim"))
+
+
 def latency_panel(snap: Snapshot) -> Group | Text:
     cov = coverage(snap)
     rt = runtime_latency(snap)
     if not cov.hot:
         missing = _not_measured(cov, "probed run latency")
-        return Group(rt, missing) if rt is not None else missing
+        panel = runtime_latency_panel(snap)
+        return Group(panel, missing) if panel is not None else missing
     stats = snap.sched_latency
     spark, axis = latency_spark(stats)
     parts: list[Text] = [Text(latency_line(stats)), spark, axis]
@@ -91,7 +114,7 @@ def latency_panel(snap: Snapshot) -> Group | Text:
     return Group(*parts)
 
 
-def per_p_table(snap: Snapshot) -> Table:
+def per_p_table(snap: Snapshot) -> Table | Group:
     cov = coverage(snap)
     t = _table("P", "n", "p50", "p90", "p99", "max", "run%", "search%", "idle%", "sys%")
     for p in snap.procs:
@@ -105,7 +128,14 @@ def per_p_table(snap: Snapshot) -> Table:
         else:
             cells = [NOT_MEASURED] * 5
         t.add_row(str(p.id), *cells, *pct)
-    return t
+    if cov.hot:
+        return t
+    notes = [Text("run% .. sys%: from 100 Hz P status reads (sampled)", style="dim")]
+    rv = snap.runtime
+    if rv is not None and rv.reads and rv.procs:
+        notes.insert(0, Text("scheduled (runtime counters, schedtick): " + "  ".join(
+            f"P{x.p} {fmt_count(x.schedules)}" for x in rv.procs)))
+    return Group(t, *notes)
 
 
 def park_table(snap: Snapshot) -> Table | Text | Group:
@@ -212,12 +242,39 @@ def counters_table(snap: Snapshot) -> Group:
                 fmt_ns(snap.stw_max_ns))
     for reason, (count, ns) in sorted(snap.stw_reasons.items(), key=lambda kv: -kv[1][1]):
         stw.add_row(Text(f"  {reason}", style="dim"), fmt_count(count), fmt_ns(ns), "")
+    rv = snap.runtime
+    if rv is not None and rv.reads and rv.stw_gc is not None:
+        g = rv.stw_gc
+        stw.add_row(Text("GC (runtime counters)", style="#58a6ff"), fmt_count(g.count),
+                    f"~{fmt_ns(g.sum)}", f">={fmt_ns(g.max)}" if g.count else "-")
     parts: list[Table | Text] = [t]
     if not cov.exact:
         parts.append(Text(f"left: {cov.note()}" + ("; ~/s over that time" if cov.hot else ""),
                           style="dim"))
+    if not cov.hot:
+        parts.append(_syscalls_elsewhere(snap))
     parts.append(stw)
+    if rv is not None and rv.reads and rv.stw_gc is not None:
+        parts.append(Text("stop-the-world: cold probes (stopTheWorldWithSema to the restart);"
+                          " GC (runtime counters): the runtime's stwTotalTimeGC since its "
+                          "first read, total from bucket midpoints", style="dim"))
     return Group(*parts)
+
+
+def _syscalls_elsewhere(snap: Snapshot) -> Text:
+    """Sample mode: the syscalls other sources counted (the probes' count is "–")."""
+    out = Text(style="dim")
+    k, rv = snap.kernel, snap.runtime
+    got = []
+    if k is not None and k.sources.get("syscalls") == "tracepoints":
+        got.append(f"{fmt_count(k.syscalls)} (tracepoints)")
+    if rv is not None and rv.reads and rv.procs:
+        got.append(f"{fmt_count(sum(x.syscalls for x in rv.procs))} (runtime syscalltick)")
+    if got:
+        out.append("syscalls: " + ", ".join(got) + "; per P and by name: view 1, Procs")
+    else:
+        out.append("syscalls: no other source counted them")
+    return out
 
 
 class SchedView(KeyScroll):

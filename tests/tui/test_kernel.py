@@ -1,0 +1,181 @@
+"""Issue #11, what users see: the kernel sources (perf samples, sched and syscall
+tracepoints) and the runtime's own counters on screen, in sample mode and under default.
+
+Recordings of the demo captured by gmpmon (tests/data/README.md): demo-sample-kernel.gmp in
+sample mode with every kernel source on, demo-default-kernel.gmp in default mode with the
+perf samples only (the default). Every number asserted is the one the Snapshot of the same
+recording holds, formatted as the screen formats it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from gmpmon.model.snapshot import PState, Snapshot
+from gmpmon.replay import ReplaySource
+from gmpmon.tui.app import make_app
+from gmpmon.tui.render import SPARK, fmt_count, fmt_ns, fmt_q
+from gmpmon.tui.widgets.procs import ProcTable
+from gmpmon.tui.widgets.sched import runtime_edges
+from tests.tui.screen import proc_rows, screen_text
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+SAMPLE = "demo-sample-kernel"
+DEFAULT = "demo-default-kernel"
+ON_CPU_GLYPHS = set(SPARK[1:]) | {"─"}  # running (a bar) or searching
+
+
+def replay(name: str, at: float = 1.0) -> ReplaySource:
+    src = ReplaySource(str(DATA / f"{name}.gmp"), autostart=False, paused=True)
+    src.seek(at)
+    return src
+
+
+def latest(src: ReplaySource) -> Snapshot:
+    snap = src.latest()
+    assert snap is not None
+    return snap
+
+
+def flat(text: str) -> str:
+    """The screen's words in one line: panel borders out, wrapped notes joined."""
+    return " ".join(text.replace("│", " ").split())
+
+
+def _line(text: str, pattern: str) -> str:
+    found = [ln for ln in text.splitlines() if re.search(pattern, ln)]
+    assert found, (pattern, text)
+    return found[0]
+
+
+async def test_sample_mode_strip_is_the_perf_samples_timeline() -> None:
+    src = replay(SAMPLE)
+    snap = latest(src)
+    k = snap.kernel
+    assert snap.window == "sampled" and k is not None and k.timeline
+    app = make_app(src)
+    async with app.run_test(size=(120, 60)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        table = app.query_one(ProcTable)
+        cell_ns = table.cell_ns
+    assert "sampled: " in _line(text, r"/cell")
+    assert "timeline sampled (1 kHz perf samples)" in text
+    rows = proc_rows(text)
+    assert len(rows) == snap.gomaxprocs
+    last = snap.now // cell_ns
+    seen_only_by_samples = 0
+    for row in rows:
+        p = int(row.split()[0])
+        cells = row[-(len(row) - row.rstrip().rfind("  ") - 2):]  # the strip: after the gap
+        width = len(cells)
+        first = last - width + 1
+        for i, ch in enumerate(cells):
+            lo, hi = (first + i) * cell_ns, (first + i + 1) * cell_ns
+            if any(a < hi and b > lo for a, b in snap.stw_spans):
+                continue  # a stop-the-world marks every P
+            sampled = any(s.start < hi and s.end > lo for s in k.timeline.get(p, ()))
+            # A cell shows the P on a CPU exactly where a perf sample saw it there.
+            assert (ch in ON_CPU_GLYPHS) == sampled, (p, i, ch, row)
+            status_running = any(s.start < hi and s.end > lo and s.state is PState.RUNNING
+                                 for s in next(x for x in snap.procs if x.id == p).timeline)
+            seen_only_by_samples += sampled and not status_running
+    # The 100 Hz P status reads alone would have left these cells without a run.
+    assert seen_only_by_samples > 0
+
+
+async def test_sample_mode_m_table_is_the_sched_tracepoints() -> None:
+    src = replay(SAMPLE)
+    snap = latest(src)
+    k = snap.kernel
+    assert k is not None and k.sources["threads"] == "tracepoints" and k.runq_latency
+    app = make_app(src)
+    async with app.run_test(size=(120, 80)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+    assert "source: tracepoints sched_switch/sched_wakeup (exact)" in text
+    by_runq = sorted(k.threads, key=lambda t: (-t.runq_ns, -t.oncpu_ns, t.tid))
+    rows = [ln for ln in text.splitlines() if re.match(r"^ *│ \d+ +(P\d+|-) ", ln)]
+    assert [int(r.split()[1]) for r in rows] == [t.tid for t in by_runq][: len(rows)]
+    for r, t in zip(rows, by_runq, strict=False):
+        cols = r.strip("│ ").split()
+        assert cols[2:7] == [fmt_ns(t.oncpu_ns), fmt_ns(t.runq_ns),
+                             f"{100 * t.runq_ns / (t.oncpu_ns + t.runq_ns):.0f}%",
+                             fmt_count(t.runq_waits), fmt_ns(t.offcpu_ns)], r
+    lat = k.runq_latency
+    assert (f"run-queue delay p50 {fmt_q(lat.p50, lat)}  p90 {fmt_q(lat.p90, lat)}  "
+            f"p99 {fmt_q(lat.p99, lat)}  max {fmt_q(lat.max, lat)}") in text
+    on = sum(t.oncpu_ns for t in k.threads)
+    assert f"{len(k.threads)} Ms  on CPU {fmt_ns(on)}" in text
+
+
+async def test_sample_mode_syscalls_per_p_are_the_syscall_tracepoints() -> None:
+    src = replay(SAMPLE)
+    snap = latest(src)
+    k = snap.kernel
+    assert k is not None and k.sources["syscalls"] == "tracepoints" and k.syscalls_by_p
+    app = make_app(src)
+    async with app.run_test(size=(120, 80)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+    assert "source: tracepoints sys_enter/sys_exit (exact)" in text
+    assert f"{fmt_count(k.syscalls)} syscalls  {fmt_ns(k.syscall_ns)} in them" in text
+    for row in k.syscalls_by_p:
+        name = "no P" if row.p < 0 else f"P{row.p}"
+        line = _line(text, rf"^ *│ {name} +\d")
+        assert f" {fmt_count(row.count)} " in line and f" {fmt_ns(row.ns)} " in line, line
+        top = row.top[0]
+        assert line.split(name, 1)[1].split()[4:6] == [top.name, fmt_count(top.count) + ","]
+
+
+async def test_sample_mode_sched_view_shows_the_runtime_histogram() -> None:
+    src = replay(SAMPLE)
+    snap = latest(src)
+    rv = snap.runtime
+    assert rv is not None and rv.latency.count > 0
+    lat, edges = rv.latency, runtime_edges(snap.go_version)
+    app = make_app(src)
+    async with app.run_test(size=(120, 60)) as pilot:
+        await pilot.pause()
+        await pilot.press("2")
+        await pilot.pause()
+        text = screen_text(app)
+    assert (f"n={fmt_count(lat.count)}  p50 {fmt_q(lat.p50, lat, edges)}  "
+            f"p90 {fmt_q(lat.p90, lat, edges)}  p99 {fmt_q(lat.p99, lat, edges)}  "
+            f"max {fmt_q(lat.max, lat, edges)}") in text
+    assert "source: runtime counters (~1 in 8 transitions): sched.timeToRun" in flat(text)
+    assert "probed run latency: not measured in sample mode" in text
+    ticks = "  ".join(f"P{x.p} {fmt_count(x.schedules)}" for x in rv.procs)
+    assert f"scheduled (runtime counters, schedtick): {ticks}" in text
+    k = snap.kernel
+    assert k is not None
+    assert f"syscalls: {fmt_count(k.syscalls)} (tracepoints)" in text
+    assert rv.stw_gc is not None
+    assert re.search(rf"GC \(runtime counters\) +{rv.stw_gc.count} ", text)
+
+
+async def test_default_mode_keeps_the_probe_strip_and_says_how_to_turn_tracepoints_on() -> None:
+    src = replay(DEFAULT)
+    snap = latest(src)
+    k = snap.kernel
+    assert snap.window == "windows" and k is not None
+    assert "syscalls" not in k.sources and k.sources["threads"] == "samples"
+    app = make_app(src)
+    async with app.run_test(size=(120, 80)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+    assert "sampled: " not in _line(text, r"/cell")
+    assert "timeline: probe events in default mode's windows" in text
+    words = flat(text)
+    assert "the sched tracepoints are off; --kernel samples,sched turns them on" in words
+    assert "sys_enter/sys_exit tracepoints are off); --kernel samples,sched,syscalls" in words
+    rv = snap.runtime
+    assert rv is not None
+    assert "per P: " + "  ".join(f"P{t.p} {fmt_count(t.syscalls)}" for t in rv.procs) in text
+    top = max(k.threads, key=lambda t: (t.samples, -t.tid))
+    line = _line(text, rf"^ *│ {top.tid} ")
+    assert line.split()[3:5] == [fmt_ns(top.samples * k.samples.period_ns),
+                                 fmt_count(top.samples)], line
+    g = k.cpu_by_goroutine[0]
+    assert re.search(rf"G{g.goid} +{re.escape(fmt_ns(g.cpu_ns))} ", text)
