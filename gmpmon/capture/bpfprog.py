@@ -25,7 +25,7 @@ from gmpmon._bcc import (
     scalar_items,
 )
 from gmpmon.binary.info import BinaryInfo, ProbeSite
-from gmpmon.capture.bpfsys import PerCpuU64Array
+from gmpmon.capture.bpfsys import PerCpuU64Array, U64Hash
 from gmpmon.capture.sites import BinaryText, Site
 from gmpmon.errors import (
     CaptureError,
@@ -192,6 +192,23 @@ def _compile(bcc: Any, flags: list[str]) -> Any:
                              hint="run `gmpmon doctor`") from err
 
 
+class CounterTable:
+    """(key, value) of a `counters` hash (u64 -> u64), read every 100 ms: raw batch lookups
+    (bpfsys.U64Hash), BCC's item walk where the kernel has no batch ops for hashes."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self._raw: U64Hash | None = U64Hash(table.map_fd)
+
+    def items(self) -> list[tuple[int, int]]:
+        if self._raw is not None:
+            try:
+                return self._raw.items()
+            except OSError:
+                self._raw = None
+        return scalar_items(self.table)
+
+
 class BpfProgram:
     """One compiled gmpmon.bpf.c for one target, with its uprobes."""
 
@@ -213,6 +230,7 @@ class BpfProgram:
         # Raw bpf(2) lookups of the per-CPU arrays read every 100 ms (26 hit counters and 4
         # ring totals): BCC's item access allocates and converts per call, ~10x dearer.
         self._percpu: dict[bytes, PerCpuU64Array] = {}
+        self._counters: CounterTable | None = None
         self.gen = 0
 
     # --- uprobes -------------------------------------------------------------------------
@@ -321,7 +339,9 @@ class BpfProgram:
 
     def counter_deltas(self) -> list[tuple[int, int, int, int]]:
         """(table, p, key, delta) for every counter that grew since the last call."""
-        items = scalar_items(self.bpf[b"counters"])
+        if self._counters is None:
+            self._counters = CounterTable(self.bpf[b"counters"])
+        items = self._counters.items()
         out = []
         prev = self._prev_counters
         for k, v in items:
@@ -356,10 +376,9 @@ class BpfProgram:
         return self._array(name).total(0)
 
     def hit_deltas(self) -> list[tuple[int, int]]:
-        hits = self._array(b"hits")
+        totals = self._array(b"hits").totals(len(HANDLERS))
         out = []
-        for i in range(len(HANDLERS)):
-            total = hits.total(i)
+        for i, total in enumerate(totals):
             d = total - self._prev_hits[i]
             if d:
                 self._prev_hits[i] = total

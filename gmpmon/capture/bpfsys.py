@@ -7,13 +7,16 @@ Layouts are ``union bpf_attr`` from include/uapi/linux/bpf.h (Linux 6.6+ for upr
 from __future__ import annotations
 
 import ctypes as ct
+import errno
 import os
+from typing import Any
 
 _libc = ct.CDLL(None, use_errno=True)
 SYS_BPF = 321  # x86_64
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_PROG_LOAD = 5
+BPF_MAP_LOOKUP_BATCH = 24
 BPF_LINK_CREATE = 28
 BPF_ENABLE_STATS = 32
 BPF_PROG_TYPE_KPROBE = 2
@@ -108,11 +111,101 @@ class PerCpuU64Array:
         ct.c_uint32.from_buffer(self._attr, 0).value = map_fd
         ct.c_uint64.from_buffer(self._attr, 8).value = ct.addressof(self._key)
         ct.c_uint64.from_buffer(self._attr, 16).value = ct.addressof(self._val)
+        self._batch: tuple[int, Any, Any, Any, Any] | None = None  # totals()' buffers
+        self._batch_ok = True
 
     def total(self, index: int) -> int:
         self._key.value = index
         _bpf(BPF_MAP_LOOKUP_ELEM, self._attr)
         return int(sum(self._val))
+
+    def totals(self, n: int) -> list[int]:
+        """The sums of entries 0..n-1: one BPF_MAP_LOOKUP_BATCH (n lookups where the
+        kernel has no batch ops for arrays)."""
+        if self._batch is None or self._batch[0] < n:
+            keys = (ct.c_uint32 * n)()
+            vals = (ct.c_uint64 * (n * self.ncpu))()
+            attr = ct.create_string_buffer(ATTR_SIZE)
+            ct.c_uint64.from_buffer(attr, 16).value = ct.addressof(keys)
+            ct.c_uint64.from_buffer(attr, 24).value = ct.addressof(vals)
+            ct.c_uint32.from_buffer(attr, 36).value = self.fd
+            self._batch = (n, keys, vals, attr, (ct.c_uint32 * 1)())
+        _n, _keys, vals, attr, token = self._batch
+        if self._batch_ok:
+            ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(token)  # out_batch
+            ct.c_uint32.from_buffer(attr, 32).value = n
+            r = int(_libc.syscall(SYS_BPF, BPF_MAP_LOOKUP_BATCH, attr, ATTR_SIZE))
+            if r == 0 and ct.c_uint32.from_buffer(attr, 32).value == n:
+                flat = vals[: n * self.ncpu]
+                c = self.ncpu
+                return [sum(flat[i * c : (i + 1) * c]) for i in range(n)]
+            self._batch_ok = False  # no batch ops for arrays here (or a short answer)
+        return [self.total(i) for i in range(n)]
+
+
+class U64Hash:
+    """Every (key, value) of a BPF_HASH of u64 -> u64 (the `counters` tables), by
+    BPF_MAP_LOOKUP_BATCH into buffers kept between calls. BCC's items_lookup_batch allocates
+    and zeroes arrays of max_entries keys and values at every call (2 x 256 KiB for a
+    32,768-entry hash, ten times a second): most of what reading a few counters cost.
+    Raises OSError (EINVAL, ENOTSUPP) where the kernel has no batch ops for the map."""
+
+    CHUNK = 1024
+
+    def __init__(self, map_fd: int) -> None:
+        self._keys = (ct.c_uint64 * self.CHUNK)()
+        self._vals = (ct.c_uint64 * self.CHUNK)()
+        self._token = (ct.c_uint64 * 2)()  # in_batch, out_batch (a u32 bucket for a hash)
+        self._attr = ct.create_string_buffer(ATTR_SIZE)
+        ct.c_uint64.from_buffer(self._attr, 16).value = ct.addressof(self._keys)
+        ct.c_uint64.from_buffer(self._attr, 24).value = ct.addressof(self._vals)
+        ct.c_uint32.from_buffer(self._attr, 36).value = map_fd
+
+    def items(self) -> list[tuple[int, int]]:
+        """In the kernel's bucket order (the order BCC's batch lookup yields)."""
+        out: list[tuple[int, int]] = []
+        attr = self._attr
+        in_batch = ct.c_uint64.from_buffer(attr, 0)
+        count = ct.c_uint32.from_buffer(attr, 32)
+        in_batch.value = 0  # NULL: from the first bucket
+        ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(self._token) + 8
+        while True:
+            count.value = self.CHUNK
+            r = int(_libc.syscall(SYS_BPF, BPF_MAP_LOOKUP_BATCH, attr, ATTR_SIZE))
+            err = ct.get_errno() if r < 0 else 0
+            n = count.value
+            if n:
+                out += zip(self._keys[:n], self._vals[:n], strict=True)
+            if r < 0:
+                if err == errno.ENOENT:  # no more buckets
+                    return out
+                raise OSError(err, f"bpf(BPF_MAP_LOOKUP_BATCH): {os.strerror(err)}")
+            self._token[0] = self._token[1]
+            in_batch.value = ct.addressof(self._token)
+
+
+class StackMap:
+    """Lookups in a BPF_STACK_TRACE map: the pcs of one stack id, leaf first (BCC's walk
+    goes through a Python generator and a ctypes access per frame: ~40 µs a stack)."""
+
+    def __init__(self, map_fd: int, value_size: int) -> None:
+        self._key = ct.c_uint32(0)
+        self._val = (ct.c_uint64 * (value_size // 8))()
+        self._attr = ct.create_string_buffer(ATTR_SIZE)
+        ct.c_uint32.from_buffer(self._attr, 0).value = map_fd
+        ct.c_uint64.from_buffer(self._attr, 8).value = ct.addressof(self._key)
+        ct.c_uint64.from_buffer(self._attr, 16).value = ct.addressof(self._val)
+
+    def pcs(self, stack_id: int) -> list[int]:
+        """The stack's pcs up to the first 0; [] for an id the map does not hold."""
+        self._key.value = stack_id
+        if int(_libc.syscall(SYS_BPF, BPF_MAP_LOOKUP_ELEM, self._attr, ATTR_SIZE)) < 0:
+            return []
+        pcs = self._val[:]
+        try:
+            return pcs[: pcs.index(0)]
+        except ValueError:
+            return pcs
 
 
 def array_set_u32(map_fd: int, index: int, value: int) -> None:

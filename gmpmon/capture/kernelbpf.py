@@ -8,7 +8,6 @@ alone. Like bpfprog, this module is one of the few that know BCC.
 
 from __future__ import annotations
 
-import ctypes as ct
 import os
 from typing import Any
 
@@ -18,9 +17,9 @@ from gmpmon._bcc import (
     header_dir,
     headers_present,
     import_bcc,
-    scalar_items,
 )
-from gmpmon.capture.bpfprog import PROBE_DIR, decode_counter_key
+from gmpmon.capture.bpfprog import PROBE_DIR, CounterTable, decode_counter_key
+from gmpmon.capture.bpfsys import PerCpuU64Array
 from gmpmon.errors import KernelHeadersError, KernelSupportError, PermissionDenied
 from gmpmon.events import EventTuple, Kind
 
@@ -66,10 +65,12 @@ class CounterReader:
         self._prev: dict[int, int] = {}
         self._prev_lost = 0
         names = (b"lost", b"ctr_full")
-        self._loss = [n for n in names if n in getattr(bpf, "tables", {}) or _has(bpf, n)]
+        self._loss = [PerCpuU64Array(bpf[n].map_fd) for n in names
+                      if n in getattr(bpf, "tables", {}) or _has(bpf, n)]
+        self._counters = CounterTable(bpf[b"counters"])
 
     def totals(self) -> dict[int, int]:
-        return dict(scalar_items(self.bpf[b"counters"]))
+        return dict(self._counters.items())
 
     def deltas(self) -> list[tuple[int, int, int, int]]:
         """(table, p, key, delta) for every counter that grew since the last call."""
@@ -83,7 +84,7 @@ class CounterReader:
         return out
 
     def lost_delta(self) -> int:
-        total = sum(int(sum(self.bpf[n][ct.c_int(0)])) for n in self._loss)
+        total = sum(a.total(0) for a in self._loss)
         d = total - self._prev_lost
         self._prev_lost = total
         return d

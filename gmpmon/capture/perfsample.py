@@ -17,10 +17,12 @@ fewer than VALIDATE_RATIO of them validated.
 from __future__ import annotations
 
 import bisect
+import ctypes as ct
 import os
 from typing import Any, BinaryIO
 
 from gmpmon.binary.info import BinaryInfo
+from gmpmon.capture.bpfsys import StackMap
 from gmpmon.capture.kernelbpf import CounterReader, compile_program
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.sites import BinaryText
@@ -41,6 +43,7 @@ SAMPLE_HZ = 999  # not 1000: stays out of lockstep with the target's own 1 ms ti
 RINGBUF_PAGES = 256  # 1 MiB: ~18k samples, ~9 s of 2 busy CPUs
 FLAG_A1_PC = 1  # probes/samples.bpf.c: no stack id, a1 is the user pc
 CACHE_MAX = 65536  # entries per stack cache (the kernel map holds 16,384 stacks)
+NAMES_MAX = 1 << 18  # memoized pc lookups (bounded by the program's text in practice)
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_CPU_CLOCK = 0
 _CPU_SAMPLE = int(Kind.CPU_SAMPLE)
@@ -92,6 +95,12 @@ class PerfSampler:
         self._by_pcs: dict[tuple[int, ...], int] = {}  # pcs ([RSP] inserted) -> Batch id
         self._by_frames: dict[tuple[str, ...], int] = {}  # symbolized frames -> Batch id
         self._nstacks = 0
+        # Memos of pure lookups (the binary does not change under a capture: an exec stops
+        # it): a net/http server's samples bring ~120 new kernel stacks a second, each
+        # walked, symbolized frame by frame and checked for a frameless leaf.
+        self._names: dict[int, str | None] = {}  # looked-up address -> function name
+        self._calls: dict[tuple[int, int], bool] = {}  # (return address, leaf fn) -> CALL?
+        self._smap: StackMap | None = None
         self._own = True
         self._bt: BinaryText | None = None
         self._exe: BinaryIO | None = None
@@ -243,9 +252,18 @@ class PerfSampler:
     def _calls_leaf(self, ra: int, leaf: int) -> bool:
         """The bytes before return address ``ra`` are a CALL of the function holding
         ``leaf`` (direct: E8 rel32 to its entry; or an indirect call through a register)."""
+        i = bisect.bisect_right(self.info.functab.starts, leaf - self.info.load_bias) - 1
+        key = (ra, i)
+        known = self._calls.get(key)
+        if known is None:
+            known = self._calls_fn(ra, i)
+            if len(self._calls) < NAMES_MAX:
+                self._calls[key] = known
+        return known
+
+    def _calls_fn(self, ra: int, i: int) -> bool:
         bias = self.info.load_bias
         ft = self.info.functab
-        i = bisect.bisect_right(ft.starts, leaf - bias) - 1
         if i < 0 or ft.lookup(ra - bias - 1) is None:
             return False
         b = self._read_text(ra - bias - 5, 5)
@@ -272,15 +290,25 @@ class PerfSampler:
 
     def _walk(self, kid: int) -> list[int]:
         try:
-            return [int(a) for a in self.bpf[b"stacks"].walk(kid)]
+            if self._smap is None:
+                table = self.bpf[b"stacks"]
+                self._smap = StackMap(table.map_fd, ct.sizeof(table.Leaf))
+            return self._smap.pcs(kid)
         except Exception:
             return []
 
     def _symbolize(self, pcs: list[int]) -> tuple[str, ...]:
         bias = self.info.load_bias
+        names = self._names
         frames = []
         for i, pc in enumerate(pcs):
             # Return addresses point after the CALL: look up pc-1 to stay inside the caller.
-            name = self.info.functab.lookup(pc - bias - (1 if i else 0))
+            addr = pc - bias - (1 if i else 0)
+            if addr in names:
+                name = names[addr]
+            else:
+                name = self.info.functab.lookup(addr)
+                if len(names) < NAMES_MAX:
+                    names[addr] = name
             frames.append(name if name else f"[unknown {pc:#x}]")
         return tuple(reversed(frames))

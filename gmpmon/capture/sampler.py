@@ -171,6 +171,16 @@ class Sampler:
         self.s_nmspinning = o["runtime.schedt.nmspinning"]
         self.s_runqsize = o.get("runtime.schedt.runqsize")
         self.p_span = max(self.p_next + 8, self.p_tick + 4, self.p_m + 8, self.p_status + 4)
+        # One pread per M (procid and curg, 128 bytes apart) and per G (goid and status):
+        # a pread of /proc/PID/mem is ~2 µs of syscall, most of what a tick costs.
+        self.m_lo = min(self.m_procid, self.m_curg)
+        self.m_span = max(self.m_procid, self.m_curg) + 8 - self.m_lo
+        self.g_lo = min(self.g_goid, self.g_status)
+        self.g_span = max(self.g_goid + 8, self.g_status + 4) - self.g_lo
+        # allp's array changes only with its (ptr, len) header: procresize reslices or
+        # reallocates it, and never replaces a P below len (Ps are never freed).
+        self._allp_at: tuple[int, int] = (0, 0)
+        self._ptrs: tuple[int, ...] = ()
         self.s_span = max(self.s_npidle, self.s_nmspinning, self.s_runqsize or 0) + 4
         self.layout = check_layout(info, pid, starting=starting)
         if not self.layout.ok(*SAMPLER_GROUPS):
@@ -189,14 +199,6 @@ class Sampler:
             raise OSError(errno.EIO, f"short read of the target's memory at {addr:#x}")
         return b
 
-    def _u64(self, addr: int) -> int:
-        v: int = _Q.unpack(self._read(addr, 8))[0]
-        return v
-
-    def _u32(self, addr: int) -> int:
-        v: int = _I.unpack(self._read(addr, 4))[0]
-        return v
-
     def sample(self, out: list[EventTuple]) -> None:
         """Append one P_SAMPLE per P and one SCHED_SAMPLE. Raises OSError when the target
         is gone."""
@@ -204,7 +206,12 @@ class Sampler:
         head = self._read(self.allp, 16)
         ptr, n = struct.unpack("<QQ", head)
         n = min(n, MAX_PROCS)
-        ptrs = struct.unpack(f"<{n}Q", self._read(ptr, 8 * n)) if n else ()
+        if (ptr, n) != self._allp_at:
+            self._ptrs = struct.unpack(f"<{n}Q", self._read(ptr, 8 * n)) if n else ()
+            self._allp_at = (ptr, n)
+        ptrs = self._ptrs
+        m_procid, m_curg = self.m_procid - self.m_lo, self.m_curg - self.m_lo
+        g_goid, g_status = self.g_goid - self.g_lo, self.g_status - self.g_lo
         for pp in ptrs:
             if not pp:
                 continue
@@ -220,11 +227,13 @@ class Sampler:
             mp = _Q.unpack_from(b, self.p_m)[0]
             tid = goid = gstatus = 0
             if mp:
-                tid = self._u64(mp + self.m_procid) & 0xFFFFFFFF
-                gp = self._u64(mp + self.m_curg)
+                m = self._read(mp + self.m_lo, self.m_span)
+                tid = _Q.unpack_from(m, m_procid)[0] & 0xFFFFFFFF
+                gp = _Q.unpack_from(m, m_curg)[0]
                 if gp:
-                    goid = self._u64(gp + self.g_goid)
-                    gstatus = self._u32(gp + self.g_status) & ~GSCAN
+                    g = self._read(gp + self.g_lo, self.g_span)
+                    goid = _Q.unpack_from(g, g_goid)[0]
+                    gstatus = _I.unpack_from(g, g_status)[0] & ~GSCAN
             a0 = (status & 0xFF) | ((gstatus & 0xFF) << 8) | (runq << 16)
             out.append((now, Kind.P_SAMPLE, pid, tid, goid, a0, tick))
         s = self._read(self.sched, self.s_span)

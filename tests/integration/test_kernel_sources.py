@@ -92,12 +92,35 @@ def sample_cpuprof(tmp_path: Path, go: str, info_edit: Any = None) -> tuple[
                 s.read_counters(time.monotonic_ns(), counters)
             time.sleep(0.01)
         s.read_counters(time.monotonic_ns(), counters)
+        raw_reads_equal_bccs(s.bpf)
     finally:
         s.close()
         if p.poll() is None:
             p.kill()
     assert p.stdout is not None
     return events, stacks, p.stdout.read(), s, counters
+
+
+def raw_reads_equal_bccs(bpf: Any) -> None:
+    """The raw bpf(2) readers (gmpmon/capture/bpfsys.py) answer what BCC's own table access
+    does, on a sampler's maps once its target has exited: every stack of `stacks`, the
+    `counters` hash (in the same order) and the per-CPU loss arrays."""
+    import ctypes as ct
+
+    from gmpmon._bcc import scalar_items
+    from gmpmon.capture.bpfsys import PerCpuU64Array, StackMap, U64Hash
+
+    table = bpf[b"stacks"]
+    smap = StackMap(table.map_fd, ct.sizeof(table.Leaf))
+    kids = [k.value for k in table]
+    assert kids
+    for kid in kids:
+        assert smap.pcs(kid) == [int(a) for a in table.walk(kid)]
+    assert smap.pcs(next(i for i in range(1 << 20) if i not in set(kids))) == []
+    assert U64Hash(bpf[b"counters"].map_fd).items() == scalar_items(bpf[b"counters"])
+    for name in (b"lost", b"ctr_full"):
+        arr = PerCpuU64Array(bpf[name].map_fd)
+        assert arr.totals(1) == [arr.total(0)] == [int(sum(bpf[name][ct.c_int(0)]))]
 
 
 @pytest.mark.bpf
