@@ -67,8 +67,8 @@ def timeline_source(snap: Snapshot) -> Text:
         if k is not None and samples_ran(k):
             out.append(f"timeline sampled ({sample_hz(k)} {SAMPLE_SOURCE}): running and "
                        f"searching where a sample saw the P's M on a CPU; idle, syscall, GC "
-                       f"stop from 100 Hz P status reads; blank: neither (off CPU, or "
-                       f"ran < 1 ms)")
+                       f"stop from 100 Hz P status reads; blank: neither (the P's M off a "
+                       f"CPU, e.g. in the kernel's run queue, or it ran < 1 ms)")
         else:
             why = k.samples.off if k is not None and k.samples.off else \
                 "perf samples off (--kernel none)"

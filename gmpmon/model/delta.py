@@ -5,7 +5,8 @@ Pure and exact for counters (they only grow): counts, times, waits, histograms a
 differences. Percentiles are recomputed from the difference of the histograms (bucket lower
 edges, as the model computes them), and a max becomes the top bucket's edge: an exact max of
 part of the run was never recorded. What is a state now (P states, run queues, goroutines,
-timeline spans) is the newer Snapshot's, unchanged.
+timeline spans) is the newer Snapshot's, unchanged. The kernel sources' block:
+model/kerneldelta.py.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 from collections.abc import Hashable, Iterable
 from typing import TypeVar
 
+from gmpmon.model.kerneldelta import kernel_delta
 from gmpmon.model.snapshot import (
     LatencyStats,
     MutexStack,
@@ -113,10 +115,23 @@ def since(cur: Snapshot, base: Snapshot | None) -> Snapshot:
     stw_max = max((e - s for s, e in cur.stw_spans if s >= base.now), default=0)
     lbr = {k: latency_delta(v, base.latency_by_reason.get(k))
            for k, v in cur.latency_by_reason.items()}
+    kernel = kernel_delta(cur.kernel, base.kernel)
+    if kernel is not None and kernel.runq_latency is not None and base.kernel is not None:
+        kernel = dataclasses.replace(kernel, runq_latency=latency_delta(
+            kernel.runq_latency, base.kernel.runq_latency))
     runtime = cur.runtime
     if runtime is not None and base.runtime is not None:
+        brt = base.runtime
+        bticks = {t.p: t for t in brt.procs}
         runtime = dataclasses.replace(
-            runtime, latency=latency_delta(runtime.latency, base.runtime.latency))
+            runtime, latency=latency_delta(runtime.latency, brt.latency),
+            procs=tuple(t if t.p not in bticks else dataclasses.replace(
+                t, schedules=max(t.schedules - bticks[t.p].schedules, 0),
+                syscalls=max(t.syscalls - bticks[t.p].syscalls, 0)) for t in runtime.procs),
+            stw_gc=(latency_delta(runtime.stw_gc, brt.stw_gc)
+                    if runtime.stw_gc is not None else None),
+            mutex_wait_ns=(max(runtime.mutex_wait_ns - (brt.mutex_wait_ns or 0), 0)
+                           if runtime.mutex_wait_ns is not None else None))
     return dataclasses.replace(
         cur,
         start=base.now,
@@ -154,4 +169,5 @@ def since(cur: Snapshot, base: Snapshot | None) -> Snapshot:
         windows=cur.windows - base.windows,
         windows_covered_ns=max(cur.windows_covered_ns - base.windows_covered_ns, 0),
         runtime=runtime,
+        kernel=kernel,
     )

@@ -221,3 +221,36 @@ def test_the_trigger_key_fires_a_dump_and_marks_the_timeline(
                        capture_output=True, text=True, timeout=60, cwd=repo)
     assert r.returncode == 0, r.stderr
     assert workload.poll() is None
+
+
+def test_sample_mode_draws_the_sampled_timeline_and_the_ms_live(
+    workload: subprocess.Popen[bytes], tmux_session: str, tmp_path: Path
+) -> None:
+    """#11: `attach --mode sample` with the sched tracepoints, in a real terminal: the Procs
+    strip is labelled sampled and drawn from the perf samples (a run shows on some P), the
+    Ms panel has its tracepoint numbers, and Scheduling shows the runtime's histogram."""
+    repo = Path(__file__).resolve().parents[2]
+    cmd = (f"cd {repo} && {sys.executable} -m gmpmon attach {workload.pid} --mode sample "
+           f"--kernel samples,sched; echo GMPMON_EXIT=$?; sleep 600")
+    _tmux("new-session", "-d", "-s", tmux_session, "-x", str(COLS), "-y", str(ROWS), cmd)
+    run = re.compile(r"[▁▂▃▄▅▆▇█]")
+
+    def sampled(t: str) -> bool:
+        rows = _p_rows(t)
+        return ("sampled: " in t and "timeline sampled (1 kHz perf samples)" in t
+                and bool(rows) and any(run.search(r[-30:]) for r in rows.values())
+                and re.search(r"run-queue delay p50 <?\d", t) is not None)
+
+    shown = _wait_for(tmux_session, sampled, 40)
+    assert "mode sample" in shown and "Ms: OS threads" in shown, shown
+    assert re.search(r"^ *│ \d+ +(P\d+|-) +\d", shown, re.M), shown  # an M row with numbers
+    _tmux("send-keys", "-t", tmux_session, "G")  # the panels' source lines, further down
+    _wait_for(tmux_session, lambda t: "source: tracepoints sched_switch/sched_wakeup" in t, 10)
+    _tmux("send-keys", "-t", tmux_session, "2")
+    sched = _wait_for(tmux_session, lambda t: "source: runtime counters (~1 in 8" in t, 15)
+    assert re.search(r"n=\S+ +p50 <?\d", sched), sched
+    _tmux("send-keys", "-t", tmux_session, "q")
+    done = _wait_for(tmux_session, lambda t: "GMPMON_EXIT=" in t, 30)
+    assert "GMPMON_EXIT=0" in done and "Traceback" not in done, done
+    assert workload.poll() is None
+    assert _our_uprobes(workload) == []

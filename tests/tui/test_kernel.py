@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from gmpmon.model.delta import since
 from gmpmon.model.snapshot import PState, Snapshot
 from gmpmon.replay import ReplaySource
 from gmpmon.tui.app import make_app
@@ -179,3 +180,36 @@ async def test_default_mode_keeps_the_probe_strip_and_says_how_to_turn_tracepoin
                                  fmt_count(top.samples)], line
     g = k.cpu_by_goroutine[0]
     assert re.search(rf"G{g.goid} +{re.escape(fmt_ns(g.cpu_ns))} ", text)
+
+
+async def test_reset_counts_the_kernel_panels_from_the_reset() -> None:
+    """`z` then later: the Ms, syscalls and samples are the differences of the two
+    Snapshots (exact per thread and per P), as every other count."""
+    base, cur = latest(replay(SAMPLE, 0.5)), latest(replay(SAMPLE, 1.0))
+    bk, ck = base.kernel, cur.kernel
+    assert bk is not None and ck is not None and ck.syscalls > bk.syscalls
+    d = since(cur, base).kernel
+    assert d is not None
+    before = {t.tid: t for t in bk.threads}
+    for t in d.threads:
+        c = next(x for x in ck.threads if x.tid == t.tid)
+        b = before.get(t.tid)
+        assert t.oncpu_ns == c.oncpu_ns - (b.oncpu_ns if b else 0)
+        assert t.runq_ns == c.runq_ns - (b.runq_ns if b else 0)
+    assert d.syscalls == ck.syscalls - bk.syscalls == sum(p.count for p in d.syscalls_by_p)
+    assert d.samples.total == ck.samples.total - bk.samples.total
+    assert d.runq_latency is not None and ck.runq_latency is not None
+    assert d.runq_latency.count == ck.runq_latency.count - (
+        bk.runq_latency.count if bk.runq_latency else 0)
+    src = replay(SAMPLE, 0.5)
+    app = make_app(src)
+    async with app.run_test(size=(120, 80)) as pilot:
+        await pilot.pause()
+        await pilot.press("z")
+        await pilot.press("end")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+    on = sum(t.oncpu_ns for t in d.threads)
+    assert f"{len(d.threads)} Ms  on CPU {fmt_ns(on)}" in text
+    assert f"{fmt_count(d.syscalls)} syscalls  {fmt_ns(d.syscall_ns)} in them" in text
+    assert f"{fmt_count(d.samples.total)} samples" in text
