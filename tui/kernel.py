@@ -15,7 +15,7 @@ from rich.text import Text
 
 from gmpmon.model.kernelview import KernelView, ProcSyscalls, ThreadView
 from gmpmon.model.snapshot import Snapshot, Span
-from gmpmon.tui.render import fmt_count, fmt_ns, fmt_q, panel_table
+from gmpmon.tui.render import WINDOW_MARK, fmt_count, fmt_ns, fmt_q, panel_table
 
 TOP_THREADS = 12
 TOP_GOROUTINES = 8
@@ -41,10 +41,11 @@ def samples_ran(k: KernelView | None) -> bool:
 
 
 def sampled_timeline(snap: Snapshot) -> dict[int, tuple[Span, ...]] | None:
-    """The perf samples' per-P timeline, when the Procs strip is drawn from it: sample mode
-    (no probe sees P states) with the sampler on. None: draw the P timeline as it is."""
+    """The perf samples' per-P timeline, when the Procs strip is drawn from it where no probe
+    saw the P: sample mode, and default mode between its windows, with the sampler on.
+    None: draw the P timeline as it is (full mode: the probes see every transition)."""
     k = snap.kernel
-    if snap.window != "sampled" or k is None or not samples_ran(k):
+    if snap.window not in ("sampled", "windows") or k is None or not samples_ran(k):
         return None
     return k.timeline
 
@@ -75,7 +76,13 @@ def timeline_source(snap: Snapshot) -> Text:
             out.append(f"timeline sampled (100 Hz P status reads of the runtime's memory); "
                        f"{why}")
     elif snap.window == "windows":
-        out.append("timeline: probe events in default mode's windows (blank between them)")
+        out.append(f"timeline: probe events inside default mode's windows ({WINDOW_MARK} on "
+                   f"the probes line); between them sampled: ")
+        if k is not None and samples_ran(k):
+            out.append(f"running/searching from {sample_hz(k)} {SAMPLE_SOURCE}, idle/syscall/"
+                       f"GC from 100 Hz P status reads, blank: neither")
+        else:
+            out.append("100 Hz P status reads")
     else:
         out.append("timeline: probe events (every transition)")
     return out

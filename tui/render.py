@@ -187,6 +187,12 @@ def sampled_cell(on_cpu: Sequence[Span], status: Sequence[Span], lo: int, hi: in
     return cell_of([s for s in _window(status, lo, hi) if s.state in _OFF_CPU_STATES], lo, hi)
 
 
+def touches(intervals: Sequence[tuple[int, int]], lo: int, hi: int) -> bool:
+    """Whether one of the disjoint (start, end) ``intervals``, sorted, overlaps [lo, hi)."""
+    i = bisect_right(intervals, (hi, -1))  # the intervals starting before hi
+    return i > 0 and intervals[i - 1][1] > lo
+
+
 def _window(spans: Sequence[Span], lo: int, hi: int) -> Sequence[Span]:
     i = max(bisect_right(spans, lo, key=_start) - 1, 0)
     j = bisect_right(spans, hi, key=_start)
@@ -208,13 +214,13 @@ class TimelineGrid:
         self._done: dict[int, dict[int, Cell]] = {}
 
     def row(self, p: int, spans: Sequence[Span], stw: Iterable[tuple[int, int]], now: int,
-            cell_ns: int, width: int, status: Sequence[Span] | None = None,
-            settle_ns: int = 0) -> list[Cell]:
-        """``status``: draw a sampled timeline (:func:`sampled_cell`), ``spans`` being the
-        perf samples' and ``status`` the P status reads'. Cells ending within ``settle_ns``
-        of ``now`` are not kept (their events may still be on the way: perf samples come in
-        batches)."""
-        key = (cell_ns, status is None)
+            cell_ns: int, width: int, sampled: Sequence[Span] | None = None,
+            probed: Sequence[tuple[int, int]] = (), settle_ns: int = 0) -> list[Cell]:
+        """``spans``: the P's timeline. ``sampled``: the perf samples' spans of the P; a cell
+        that no ``probed`` interval (default mode's windows) touches is then drawn by
+        :func:`sampled_cell`. Cells ending within ``settle_ns`` of ``now`` are not kept
+        (their events may still be on the way: perf samples come in batches)."""
+        key = (cell_ns, sampled is None)
         if key != self.key or now < self.now:
             self._done.clear()
             self.key = key
@@ -231,8 +237,8 @@ class TimelineGrid:
             cell = done.get(n)
             if cell is None:
                 lo, hi = n * cell_ns, (n + 1) * cell_ns
-                cell = (cell_of(spans, lo, hi) if status is None
-                        else sampled_cell(spans, status, lo, hi))
+                cell = (cell_of(spans, lo, hi) if sampled is None or touches(probed, lo, hi)
+                        else sampled_cell(sampled, spans, lo, hi))
                 if n < last and n < settled:
                     done[n] = cell
             cells.append(cell)
@@ -282,6 +288,23 @@ def trigger_marks(triggers: Sequence[tuple[int, int]], lo: int, cell_ns: int, wi
         at = c + 1
     text.append(" " * (width - at))
     return text
+
+
+WINDOW_MARK = "━"
+WINDOW_COLOUR = "#d29922"
+
+
+def window_marks(windows: Sequence[tuple[int, int]], lo: int, cell_ns: int, width: int
+                 ) -> Text | None:
+    """A line of ``width`` timeline cells with a bar in each cell a duty-cycle window (hot
+    probes attached) touches; None if none is in view."""
+    if width <= 0 or cell_ns <= 0:
+        return None
+    marks = [touches(windows, lo + i * cell_ns, lo + (i + 1) * cell_ns) for i in range(width)]
+    if not any(marks):
+        return None
+    return Text("".join(WINDOW_MARK if m else " " for m in marks), style=WINDOW_COLOUR,
+                no_wrap=True, overflow="crop")
 
 
 LEGEND: tuple[tuple[str, str, str], ...] = (

@@ -47,6 +47,8 @@ from gmpmon.model.sched import MAX_PROCS, Sched
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.model.steals import Steals
 
+WINDOW_SPANS = 256
+
 __all__ = [
     "HOT_KINDS",
     "LEGAL_G",
@@ -166,6 +168,9 @@ class Model:
         self._hot_since = self.sched.hot_since = 0 if self._hot else -1
         self.windows = 0
         self.windows_covered_ns = 0
+        # The last duty-cycle windows, (start, end): the Procs strip marks where its cells
+        # are the probes' (the timeline keeps ~seconds, so a few hundred windows suffice).
+        self._window_spans: deque[tuple[int, int]] = deque(maxlen=WINDOW_SPANS)
 
         by_kind: dict[int, list[Handler]] = {}
         counters: dict[int, list[Handler]] = {}
@@ -289,6 +294,7 @@ class Model:
             self._handlers[:] = self._cold_table
             if self._hot_since >= 0:
                 self.windows_covered_ns += max(0, ts - self._hot_since)
+                self._window_spans.append((self._hot_since, ts))
             self._hot_since = self.sched.hot_since = -1
             self._reset(ts)
 
@@ -311,6 +317,16 @@ class Model:
         if self._hot and self._hot_since >= 0:
             covered += max(0, now - max(self._hot_since, start))
         return covered
+
+    def window_spans(self, now: int) -> tuple[tuple[int, int], ...]:
+        """The last duty-cycle windows (start, end), the open one ending at ``now``; () when
+        the run has no windows (full and sample mode)."""
+        if not self._windows_seen:
+            return ()
+        spans = tuple(self._window_spans)
+        if self._hot and self._hot_since >= 0:
+            spans += ((self._hot_since, max(now, self._hot_since)),)
+        return spans
 
     def event_rate(self) -> float:
         """Events/s over the last second of the stream."""

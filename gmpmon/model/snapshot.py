@@ -155,6 +155,8 @@ class Snapshot:
     window_ns: int = 0  # length of the timeline window kept (Span lists cover at most this)
     windows: int = 0  # default mode: duty-cycle windows seen (WINDOW a0=1)
     windows_covered_ns: int = 0  # time with hot probes attached (whole run in full mode)
+    # default mode: the last duty-cycle windows (start, end), the open one ending at now
+    window_spans: tuple[tuple[int, int], ...] = ()
     gosched: int = 0  # voluntary runtime.Gosched (PREEMPTED with a0=0)
     late_events: int = 0  # events older than ones already applied (beyond the reorder window)
     unseen_wakes: int = 0  # parked Gs that ran with no READY/WAKE seen

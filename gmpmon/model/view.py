@@ -50,6 +50,8 @@ class Modelled(Protocol):
 
     def covered_ns(self, now: int, start: int) -> int: ...
 
+    def window_spans(self, now: int) -> tuple[tuple[int, int], ...]: ...
+
     def event_rate(self) -> float: ...
 
 
@@ -83,6 +85,7 @@ def build(model: Modelled) -> Snapshot:
         window_ns=model.window_ns,
         windows=model.windows,
         windows_covered_ns=model.covered_ns(now, start),
+        window_spans=model.window_spans(now),
         late_events=model.late_events,
         **fields,
     )

@@ -60,30 +60,53 @@ async def test_sample_mode_strip_is_the_perf_samples_timeline() -> None:
         await pilot.pause()
         text = screen_text(app)
         table = app.query_one(ProcTable)
-        cell_ns = table.cell_ns
+        cell_ns, width = table.cell_ns, table.strip_width
     assert "sampled: " in _line(text, r"/cell")
     assert "timeline sampled (1 kHz perf samples)" in text
+    checked, only_samples = check_sampled_cells(snap, text, cell_ns, width)
+    assert checked > 20
+    # The 100 Hz P status reads alone would have left these cells without a run.
+    assert only_samples > 0
+
+
+def _overlaps(a: int, b: int, lo: int, hi: int) -> bool:
+    return a < hi and b > lo
+
+
+def strip_column(text: str) -> int:
+    """Where the timeline strip starts: its header's label sits on its first cell."""
+    m = re.search(r"(sampled: )?[\d.]+[µm]?s/cell", _line(text, r"/cell"))
+    assert m, text
+    return m.start()
+
+
+def check_sampled_cells(snap: Snapshot, text: str, cell_ns: int, width: int
+                        ) -> tuple[int, int]:
+    """Every strip cell that no stop-the-world and no probe window touches shows the P on a
+    CPU (a bar or searching) exactly where a perf sample saw it there. Returns the cells
+    checked and those where the P status reads said nothing of a run."""
+    k = snap.kernel
+    assert k is not None
     rows = proc_rows(text)
     assert len(rows) == snap.gomaxprocs
+    col = strip_column(text)
     last = snap.now // cell_ns
-    seen_only_by_samples = 0
+    checked = only_samples = 0
     for row in rows:
         p = int(row.split()[0])
-        cells = row[-(len(row) - row.rstrip().rfind("  ") - 2):]  # the strip: after the gap
-        width = len(cells)
+        cells = row[col:].ljust(width)
         first = last - width + 1
+        status = next(x for x in snap.procs if x.id == p).timeline
         for i, ch in enumerate(cells):
             lo, hi = (first + i) * cell_ns, (first + i + 1) * cell_ns
-            if any(a < hi and b > lo for a, b in snap.stw_spans):
-                continue  # a stop-the-world marks every P
-            sampled = any(s.start < hi and s.end > lo for s in k.timeline.get(p, ()))
-            # A cell shows the P on a CPU exactly where a perf sample saw it there.
+            if any(_overlaps(a, b, lo, hi) for a, b in (*snap.stw_spans, *snap.window_spans)):
+                continue  # a stop-the-world marks every P; windows are the probes'
+            sampled = any(_overlaps(s.start, s.end, lo, hi) for s in k.timeline.get(p, ()))
             assert (ch in ON_CPU_GLYPHS) == sampled, (p, i, ch, row)
-            status_running = any(s.start < hi and s.end > lo and s.state is PState.RUNNING
-                                 for s in next(x for x in snap.procs if x.id == p).timeline)
-            seen_only_by_samples += sampled and not status_running
-    # The 100 Hz P status reads alone would have left these cells without a run.
-    assert seen_only_by_samples > 0
+            checked += 1
+            only_samples += sampled and not any(
+                _overlaps(s.start, s.end, lo, hi) and s.state is PState.RUNNING for s in status)
+    return checked, only_samples
 
 
 async def test_sample_mode_m_table_is_the_sched_tracepoints() -> None:
@@ -162,12 +185,25 @@ async def test_default_mode_keeps_the_probe_strip_and_says_how_to_turn_tracepoin
     k = snap.kernel
     assert snap.window == "windows" and k is not None
     assert "syscalls" not in k.sources and k.sources["threads"] == "samples"
+    assert snap.window_spans
     app = make_app(src)
     async with app.run_test(size=(120, 80)) as pilot:
         await pilot.pause()
         text = screen_text(app)
+        cell_ns, width = app.query_one(ProcTable).cell_ns, app.query_one(ProcTable).strip_width
     assert "sampled: " not in _line(text, r"/cell")
-    assert "timeline: probe events in default mode's windows" in text
+    assert "timeline: probe events inside default mode's windows (━ on the probes line); " \
+        "between them sampled: running/searching from 1 kHz perf samples" in flat(text)
+    # The probes line marks exactly the cells a duty-cycle window touches...
+    strip = _line(text, r"^ +probes ")[strip_column(text):].ljust(width)
+    assert len(strip) == width and "━" in strip
+    first = snap.now // cell_ns - width + 1
+    for i, ch in enumerate(strip):
+        lo, hi = (first + i) * cell_ns, (first + i + 1) * cell_ns
+        assert (ch == "━") == any(_overlaps(a, b, lo, hi) for a, b in snap.window_spans)
+    # ...and between windows the cells are the perf samples'.
+    checked, _ = check_sampled_cells(snap, text, cell_ns, width)
+    assert checked > 20
     words = flat(text)
     assert "the sched tracepoints are off; --kernel samples,sched turns them on" in words
     assert "sys_enter/sys_exit tracepoints are off); --kernel samples,sched,syscalls" in words

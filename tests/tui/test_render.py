@@ -80,7 +80,7 @@ def test_sampled_cell_runs_where_samples_saw_a_cpu_else_the_off_cpu_status() -> 
     assert sampled_cell(on_cpu, status, 80, 100) == UNKNOWN_CELL  # "running", no sample
     # The grid draws a sampled row with the same rule, and keeps no unsettled cell.
     grid = TimelineGrid()
-    row = grid.row(0, on_cpu, (), 99, 20, 5, status=status, settle_ns=30)
+    row = grid.row(0, status, (), 99, 20, 5, sampled=on_cpu, settle_ns=30)
     assert row == [sampled_cell(on_cpu, status, 20 * i, 20 * i + 20) for i in range(5)]
     assert sorted(grid._done[0]) == [0, 1, 2]
 

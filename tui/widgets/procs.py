@@ -33,6 +33,7 @@ from gmpmon.tui.render import (
     legend,
     timeline_text,
     trigger_marks,
+    window_marks,
 )
 from gmpmon.tui.widgets.scroll import KeyScroll
 
@@ -64,6 +65,7 @@ class ProcTable(Widget):
         super().__init__(id=id)
         self.grid = TimelineGrid()
         self.cell_ns = 0  # time per cell of the last render (for zooming from auto)
+        self.strip_width = 0  # timeline cells per row of the last render
         self.collapsed: tuple[int, ...] = ()  # P ids folded into the idle line last render
         self.sampled: dict[int, tuple[Span, ...]] | None = None  # the last render's strip
 
@@ -96,12 +98,15 @@ class ProcTable(Widget):
             span_ns = next((c for c in TIMELINE_CHOICES_NS if c >= t1 - first), TIMELINE_NS)
             cell_ns = -(-span_ns // tl_w) if tl_w else 1
         self.cell_ns = cell_ns
+        self.strip_width = tl_w
         runq_full = max(8, *(p.runq for p in snap.procs)) if snap.procs else 8
         lo = t1 - cell_ns * max(tl_w, 1)
-        sampled = sampled_timeline(snap)  # sample mode: the strip is the perf samples'
-        self.sampled = sampled
-        shares = {p.id: busy_share(p.timeline if sampled is None else sampled.get(p.id, ()),
-                                   lo, t1) for p in snap.procs}
+        # Where no probe saw the Ps (sample mode; default mode between windows) the strip is
+        # drawn from the perf samples.
+        self.sampled = sampled = sampled_timeline(snap)
+        by_samples = sampled is not None and snap.window == "sampled"
+        shares = {p.id: busy_share(sampled.get(p.id, ()) if sampled is not None and by_samples
+                                   else p.timeline, lo, t1) for p in snap.procs}
 
         head = Text(style="bold dim", no_wrap=True)
         head.append(f"{'P':>3} {'state':<{STATE_W}} {'G':>8} {'runq':>4} {'':<{RUNQ_BAR}} ")
@@ -120,6 +125,13 @@ class ProcTable(Widget):
             row = Text(no_wrap=True, overflow="crop")
             row.append("trigger".rjust(fixed - 1)[: fixed - 1] + " ", style="dim")
             row.append_text(marks)
+            lines.append(row)
+        windows = (window_marks(snap.window_spans, (t1 // cell_ns - tl_w + 1) * cell_ns,
+                                cell_ns, tl_w) if tl_w >= 12 else None)
+        if windows is not None:  # default mode: where the cells are the probes'
+            row = Text(no_wrap=True, overflow="crop")
+            row.append("probes".rjust(fixed - 1)[: fixed - 1] + " ", style="dim")
+            row.append_text(windows)
             lines.append(row)
         procs = list(snap.procs)
         many = len(procs) > MANY_PS
@@ -174,13 +186,10 @@ class ProcTable(Widget):
             busy = f"{100 * p.running_ns / total:.0f}%" if total else "-"
             row.append(f"{p.m or '-':>8} {busy:>5} ")
         if tl_w > 0:
-            if self.sampled is None:
-                cells = self.grid.row(p.id, p.timeline, snap.stw_spans, snap.now, cell_ns,
-                                      tl_w)
-            else:
-                cells = self.grid.row(p.id, self.sampled.get(p.id, ()), snap.stw_spans,
-                                      snap.now, cell_ns, tl_w, status=p.timeline,
-                                      settle_ns=SAMPLED_SETTLE_NS)
+            sampled = None if self.sampled is None else self.sampled.get(p.id, ())
+            cells = self.grid.row(p.id, p.timeline, snap.stw_spans, snap.now, cell_ns, tl_w,
+                                  sampled=sampled, probed=snap.window_spans,
+                                  settle_ns=SAMPLED_SETTLE_NS if sampled is not None else 0)
             row.append_text(timeline_text(cells))
         return row
 
