@@ -28,6 +28,9 @@ from gmpmon.model.snapshot import Snapshot
 from gmpmon.session import LiveSession
 from gmpmon.source import FAILED
 
+# Headless asks the model thread for each line's snapshot (LiveSession.fresh) and waits this
+# long at most for it (a big target's snapshots are paced by their cost: then the last one).
+ANSWER_S = 0.5
 EXAMPLES = """\
 examples:
   sudo gmpmon attach 1234                       # live TUI
@@ -262,6 +265,7 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
     sampler = state.input("sampler")
     if sampler is not None and sampler.state == FAILED and FAILED_PREFIX not in sampler.detail:
         print(f"gmpmon: no sampler ({sampler.detail}); probes only", file=sys.stderr)
+    session.snapshots_on_request()  # one per line, not 4 a second
     start = time.monotonic()
     deadline = start + args.duration if args.duration else None
     next_line = start + args.interval
@@ -273,7 +277,7 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
         wake = min(next_line, deadline) if deadline is not None else next_line
         stop.wait(max(0.0, min(wake - now, 0.1)))
         if time.monotonic() >= next_line:
-            snap = session.latest()
+            snap = session.fresh(timeout=ANSWER_S)
             if snap is not None:
                 if not say(interval_line(snap, prev), sys.stdout):
                     stop.end("stdout closed")
@@ -557,6 +561,8 @@ def headless_many(sessions: list[LiveSession], args: argparse.Namespace,
               f"{h.go_version}, GOMAXPROCS={h.gomaxprocs}, mode {h.mode})", flush=True)
     print(f"Tracing {len(sessions)} Go programs... Ctrl-C to end.", flush=True)
     print(interval_legend(args.interval, sessions[0].header.mode), flush=True)
+    for s in sessions:
+        s.snapshots_on_request()
     start = time.monotonic()
     deadline = start + args.duration if args.duration else None
     next_line = start + args.interval
@@ -575,10 +581,11 @@ def headless_many(sessions: list[LiveSession], args: argparse.Namespace,
                 said_exit.add(s.pid)
                 say(f"gmpmon: target {s.pid} {s.state().exit_reason or 'exited'}")
         if time.monotonic() >= next_line:
+            tickets = {s.pid: s.ask() for s in sessions if s.pid not in said_exit}
             for s in sessions:
                 if s.pid in said_exit:
                     continue
-                snap = s.latest()
+                snap = s.answer(tickets[s.pid], timeout=ANSWER_S)
                 if snap is None:
                     continue
                 if not say(f"[{s.pid}] {interval_line(snap, prev[s.pid])}", sys.stdout):

@@ -62,3 +62,39 @@ def test_interval_lines_count_the_last_interval_and_the_report_the_whole_capture
     assert sum(parks) <= total <= sum(parks) + 2 * max(parks), (parks, total)
     assert any(ln.startswith("events ") and "counts the whole capture" in ln for ln in out), out
     assert not any("illegal" in ln for ln in out[:12])
+
+
+@pytest.mark.bpf
+def test_a_headless_session_makes_a_snapshot_only_when_asked(tmp_path: Path) -> None:
+    """Headless asks for one snapshot per line (LiveSession.fresh); the model thread makes
+    none unasked (4 a second otherwise: a third of gmpmon's own CPU on net/http)."""
+    import time
+
+    from gmpmon.binary import load_pid
+    from gmpmon.session import LiveSession
+
+    exe = tmp_path / "sleeper"
+    shutil.copy(gotargets.build("sleeper", go="1.27"), exe)
+    target = subprocess.Popen([str(exe), "-n", "100000", "-d", "1ms"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+        session = LiveSession(load_pid(target.pid), target.pid, mode="sample", gomaxprocs=2)
+        session.snapshots_on_request()
+        session.start()
+        try:
+            time.sleep(1.5)
+            assert session.snapshots_made == 0 and session.latest() is None
+            first = session.fresh(timeout=5)
+            assert first is not None and session.snapshots_made == 1
+            time.sleep(0.6)
+            assert session.snapshots_made == 1  # none unasked in between
+            second = session.fresh(timeout=5)
+            assert second is not None and second is not first
+            assert second.now - first.now >= 500_000_000
+        finally:
+            session.close()
+        assert session.latest() is not None and session.latest() is not second  # close()'s
+    finally:
+        target.kill()
+        target.wait()
