@@ -92,6 +92,7 @@ class PerfSampler:
         # functions, so without these most samples made a new stack (7,121 ids for 646
         # distinct stacks in 40 s of the demo).
         self._pcs: dict[int, tuple[int, ...]] = {}  # kernel stack id -> its pcs
+        self._plain: dict[int, int] = {}  # kernel stack id -> Batch id of its pcs as walked
         self._by_pcs: dict[tuple[int, ...], int] = {}  # pcs ([RSP] inserted) -> Batch id
         self._by_frames: dict[tuple[str, ...], int] = {}  # symbolized frames -> Batch id
         self._nstacks = 0
@@ -214,14 +215,21 @@ class PerfSampler:
                 self._pcs[kid] = walked
         if not walked:
             return 0, 0
-        pcs = list(walked)
-        if top and (len(pcs) < 2 or pcs[1] != top) and self._calls_leaf(top, pcs[0]):
-            pcs.insert(1, top)
-        sid = self._sid_of(tuple(pcs), stacks)
+        if top and (len(walked) < 2 or walked[1] != top) and self._calls_leaf(top, walked[0]):
+            sid = self._sid_of((walked[0], top, *walked[1:]), stacks)
+        else:
+            # Most (kid, [RSP]) pairs are new (a frame's local at [RSP]) and most of those
+            # are the kernel's stack as it is: its id once per kid.
+            plain = self._plain.get(kid)
+            if plain is None:
+                plain = self._sid_of(walked, stacks)
+                if walked in self._by_pcs and len(self._plain) < CACHE_MAX:
+                    self._plain[kid] = plain  # what _sid_of(walked) answers from now on
+            sid = plain
         # Keyed by [RSP] too: bound the cache (a leaf that has a frame sees many values).
         if len(self._stack_ids) < CACHE_MAX:
-            self._stack_ids[key] = (sid, pcs[0])
-        return sid, pcs[0]
+            self._stack_ids[key] = (sid, walked[0])
+        return sid, walked[0]
 
     def _sid_of(self, pcs: tuple[int, ...], stacks: dict[int, tuple[str, ...]]) -> int:
         """The Batch stack id of ``pcs``: the one its symbolized frames already have, or a
