@@ -162,6 +162,9 @@ class RuntimeCounters:
         self._last_raw: dict[int, bytes] = {}
         self._last_total: dict[int, int] = {}
         self._last_tick: dict[int, tuple[int, int]] = {}
+        # allp's array (as capture/sampler.py reads it): re-read when (ptr, len) changes.
+        self._allp_at: tuple[int, int] = (0, 0)
+        self._ptrs: tuple[int, ...] = ()
         self.reads = 0
         self._announced = False
 
@@ -180,7 +183,10 @@ class RuntimeCounters:
             ptr, n = struct.unpack("<QQ", mem.read(self.allp, 16))
             n = min(n, MAX_PROCS)
             nprocs = n
-            ptrs = struct.unpack(f"<{n}Q", mem.read(ptr, 8 * n)) if n else ()
+            if (ptr, n) != self._allp_at:  # the array changes only with its header
+                self._ptrs = struct.unpack(f"<{n}Q", mem.read(ptr, 8 * n)) if n else ()
+                self._allp_at = (ptr, n)
+            ptrs = self._ptrs
             last = self._last_tick
             for pp in ptrs:
                 if not pp:
