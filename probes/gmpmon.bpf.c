@@ -3,7 +3,7 @@
  * Compiled by BCC with everything version-specific passed as -D flags by
  * gmpmon/capture/bpfprog.py (struct offsets from BinaryInfo.offsets, addresses, switches):
  *
- *   TGID              the target process: every program returns at once for other tasks
+ *   (TGID, the target process, is the tgid_cfg map: every program returns at once for other tasks)
  *                     (probes are attached per inode, pid=-1, so `gmpmon run` can place them
  *                     before exec; other processes running the same binary are ignored).
  *   G_M G_GOID G_WAITREASON                 runtime.g fields (go-runtime.md §2.1)
@@ -111,8 +111,20 @@ struct gm_sema {
 };
 BPF_HASH(sema_at, u64, struct gm_sema, 65536);
 BPF_STACK_TRACE(stacks, 16384);
+/* The target process, set by user space once loaded (gmpmon/capture/bpfobj.py): a map, not
+ * a -D define, so one compiled object serves every process of a binary. Unset (0) it names
+ * no process: the idle task's tgid 0 is never ours. */
+BPF_ARRAY(tgid_cfg, u32, 1);
 
 /* ---- helpers ------------------------------------------------------------------------ */
+
+static __always_inline u32 gm_target(void)
+{
+    int z = 0;
+    u32 *t = tgid_cfg.lookup(&z);
+    return t && *t ? *t : 0xffffffff;
+}
+#define TGID gm_target()
 
 static __always_inline int gm_mine(void)
 {

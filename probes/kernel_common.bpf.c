@@ -16,6 +16,18 @@
 BPF_HASH(counters, u64, u64, 32768);
 /* Counter updates that found `counters` full (user space reports them as LOST). */
 BPF_PERCPU_ARRAY(ctr_full, u64, 1);
+/* The target process, set by user space once loaded (gmpmon/capture/bpfobj.py): a map, not
+ * a -D define, so one compiled object serves every process of a binary. Unset (0) it names
+ * no process: the idle task's tgid 0 is never ours. */
+BPF_ARRAY(tgid_cfg, u32, 1);
+
+static __always_inline u32 gm_target(void)
+{
+    int z = 0;
+    u32 *t = tgid_cfg.lookup(&z);
+    return t && *t ? *t : 0xffffffff;
+}
+#define TGID gm_target()
 
 static __always_inline u64 rd64(u64 addr)
 {

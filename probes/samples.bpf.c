@@ -7,7 +7,7 @@
  * few user-memory reads below.
  *
  * -D flags (gmpmon/capture/perfsample.py):
- *   TGID                  the target process
+ *   TGID                  the target process (the tgid_cfg map: kernel_common.bpf.c)
  *   G_M G_GOID            runtime.g fields      (go-runtime.md §2.1)
  *   M_G0 M_CURG M_PROCID M_P                    runtime.m fields
  *   P_ID P_STATUS                               runtime.p fields

@@ -10,7 +10,7 @@
  * gmpmon.events.Counter 11-19 every 100 ms.
  *
  * -D flags (gmpmon/capture/tracepoints.py):
- *   TGID                    the target process
+ *   TGID                    the target process (the tgid_cfg map: kernel_common.bpf.c)
  *   G_M G_GOID M_G0 M_CURG M_PROCID M_P M_OLDP P_ID    Go struct offsets (go-runtime.md §2.1)
  *
  * No kernel struct is ever read (BCC's headers are 6.1's on a 6.18 kernel: task_struct's

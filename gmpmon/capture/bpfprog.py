@@ -25,6 +25,7 @@ from gmpmon._bcc import (
     scalar_items,
 )
 from gmpmon.binary.info import BinaryInfo, ProbeSite
+from gmpmon.capture import bpfobj
 from gmpmon.capture.bpfsys import PerCpuU64Array, U64Hash
 from gmpmon.capture.sites import BinaryText, Site
 from gmpmon.errors import (
@@ -169,8 +170,9 @@ def runqsize_link_addr(info: BinaryInfo) -> int:
 
 
 def _compile(bcc: Any, flags: list[str]) -> Any:
-    """BCC's BPF() on gmpmon.bpf.c. Its compiler writes diagnostics to fds 1 and 2 (C++
-    streams): they are caught and folded into one line, like `gmpmon doctor` does."""
+    """gmpmon.bpf.c, compiled by BCC or loaded from the cache (gmpmon/capture/bpfobj.py).
+    BCC's compiler writes diagnostics to fds 1 and 2 (C++ streams): they are caught and
+    folded into one line, like `gmpmon doctor` does."""
     hdr, origin = header_dir()
     if not headers_present(hdr, origin):
         # Checked first: libbcc 0.29 segfaults compiling gmpmon.bpf.c without headers.
@@ -181,10 +183,8 @@ def _compile(bcc: Any, flags: list[str]) -> Any:
         )
     with captured_output() as lines:
         try:
-            return bcc.BPF(
-                src_file=str(PROBE_DIR / "gmpmon.bpf.c").encode(),
-                cflags=[f"-I{PROBE_DIR}", *flags],
-            )
+            return bpfobj.build(bcc, (PROBE_DIR / "gmpmon.bpf.c").read_bytes(),
+                                [f"-I{PROBE_DIR}", *flags], str(PROBE_DIR), hdr)
         except Exception as e:  # BCC raises bare Exceptions for compile/load failures
             err: Exception = e
     why = first_compile_error(lines) or str(err).splitlines()[0]

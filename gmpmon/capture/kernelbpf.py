@@ -18,6 +18,7 @@ from gmpmon._bcc import (
     headers_present,
     import_bcc,
 )
+from gmpmon.capture import bpfobj
 from gmpmon.capture.bpfprog import PROBE_DIR, CounterTable, decode_counter_key
 from gmpmon.capture.bpfsys import PerCpuU64Array
 from gmpmon.errors import KernelHeadersError, KernelSupportError, PermissionDenied
@@ -25,7 +26,8 @@ from gmpmon.events import EventTuple, Kind
 
 
 def compile_program(src: str | tuple[str, ...], defs: dict[str, int]) -> Any:
-    """BCC's BPF() on probes/`src` with `defs` as -D flags. Headers are checked first (libbcc
+    """probes/`src` with `defs` as -D flags, compiled by BCC or loaded from the cache
+    (gmpmon/capture/bpfobj.py). Headers are checked first (libbcc
     segfaults without them); BCC's own prints on fds 1 and 2 are caught and folded into one
     line (HACKING.md).
 
@@ -48,7 +50,7 @@ def compile_program(src: str | tuple[str, ...], defs: dict[str, int]) -> Any:
     src = "+".join(srcs[1:])
     with captured_output() as lines:
         try:
-            return bcc.BPF(text=text.encode(), cflags=flags)
+            return bpfobj.build(bcc, text.encode(), flags, str(PROBE_DIR), hdr)
         except Exception as e:  # BCC raises bare Exceptions for compile/load failures
             err: Exception = e
     why = first_compile_error(lines) or str(err).splitlines()[0]

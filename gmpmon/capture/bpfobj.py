@@ -1,0 +1,472 @@
+"""BPF objects compiled once and kept on disk: an attach loads bytecode, it does not compile.
+
+BCC compiles a program with clang in-process, and that is most of what attaching costs:
+1.3 CPU-s for gmpmon.bpf.c and 2.4 CPU-s for the kernel sources here, which a CPU-saturated
+target turns into 6+ s of wall time before the first line. The bytecode depends only on what
+goes into the compile, so it is kept, keyed by all of it: the source text, every header in
+probes/, the -D flags, the kernel release and build, the kernel headers' directory, BCC's
+version and this file's SCHEMA. The target's TGID is not among them: the programs read it
+from their `tgid_cfg` map (probes/gmpmon.bpf.c, probes/kernel_common.bpf.c), so one object
+serves every process of a binary, and a restarted service attaches from the cache.
+
+What an entry holds (JSON, nothing executable but the bytecode, which the kernel's verifier
+checks on every load exactly as BCC's would be): the license, each map's type, sizes, flags
+and BCC's ctypes description of its key and value, and each function's instructions with
+every map reference (`ld_imm64` with BPF_PSEUDO_MAP_FD) rewritten from BCC's fd to the map's
+index. Loading creates the maps afresh (nothing is shared between sessions), patches the
+indices to the new fds and loads each program on first use. A miss compiles with BCC,
+writes the entry, frees BCC's object and loads from the entry like a hit: one way to run.
+
+The directory is the layout cache's (gmpmon/fleet/layoutcache.py: /var/cache/gmpmon for
+root, ``$GMPMON_CACHE_DIR`` overrides, empty turns caching off) under ``bpf/``, used only if
+it is ours and writable by us alone. An unreadable or foreign entry is a miss and is
+rewritten; deleting the directory is always safe.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes as ct
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from gmpmon.capture.bpfsys import ATTR_SIZE, SYS_BPF
+from gmpmon.errors import KernelSupportError, PermissionDenied
+
+SCHEMA = 1
+MAX_ENTRIES = 64  # the oldest (by use) go first
+_libc = ct.CDLL(None, use_errno=True)
+BPF_MAP_CREATE = 0
+BPF_PROG_LOAD = 5
+BPF_LD_IMM64 = 0x18
+BPF_PSEUDO_MAP_FD = 1
+BPF_PSEUDO_MAP_VALUE = 2
+LOG_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    name: str
+    type: int
+    key_size: int
+    value_size: int
+    max_entries: int
+    flags: int
+    key_desc: str  # BCC's JSON description of the key's C type
+    leaf_desc: str
+
+
+@dataclass(frozen=True)
+class ObjSpec:
+    license: bytes
+    maps: tuple[MapSpec, ...]
+    funcs: dict[str, bytes]  # name -> instructions, map references as map indices
+
+
+def _declare(lib: Any) -> None:
+    """libbcc's table-by-index calls BCC's Python module does not declare."""
+    for name, res, args in (
+        ("bpf_num_tables", ct.c_size_t, [ct.c_void_p]),
+        ("bpf_table_name", ct.c_char_p, [ct.c_void_p, ct.c_size_t]),
+        ("bpf_table_fd_id", ct.c_int, [ct.c_void_p, ct.c_size_t]),
+        ("bpf_table_key_size_id", ct.c_size_t, [ct.c_void_p, ct.c_size_t]),
+        ("bpf_table_leaf_size_id", ct.c_size_t, [ct.c_void_p, ct.c_size_t]),
+        ("bpf_table_key_desc_id", ct.c_char_p, [ct.c_void_p, ct.c_size_t]),
+        ("bpf_table_leaf_desc_id", ct.c_char_p, [ct.c_void_p, ct.c_size_t]),
+    ):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+
+
+def extract(bpf: Any, lib: Any) -> ObjSpec:
+    """What a BCC object compiled: its maps and its functions' bytecode (map fds -> indices).
+    Raises ValueError for anything this loader cannot redo (a reference it does not know)."""
+    _declare(lib)
+    module = bpf.module
+    maps: list[MapSpec] = []
+    index_of: dict[int, int] = {}
+    for i in range(int(lib.bpf_num_tables(module))):
+        name = lib.bpf_table_name(module, i).decode()
+        fd = int(lib.bpf_table_fd_id(module, i))
+        if fd < 0:
+            raise ValueError(f"map {name} has no fd")
+        index_of[fd] = i
+        maps.append(MapSpec(
+            name, int(lib.bpf_table_type_id(module, i)), int(lib.bpf_table_key_size_id(module, i)),
+            int(lib.bpf_table_leaf_size_id(module, i)),
+            int(lib.bpf_table_max_entries_id(module, i)), int(lib.bpf_table_flags_id(module, i)),
+            (lib.bpf_table_key_desc_id(module, i) or b"").decode(),
+            (lib.bpf_table_leaf_desc_id(module, i) or b"").decode(),
+        ))
+    funcs: dict[str, bytes] = {}
+    for i in range(int(lib.bpf_num_functions(module))):
+        name = lib.bpf_function_name(module, i)
+        start = lib.bpf_function_start(module, name)
+        size = int(lib.bpf_function_size(module, name))
+        if not start or size % 8:
+            raise ValueError(f"function {name!r} has no bytecode")
+        funcs[name.decode()] = _relocate(ct.string_at(start, size), index_of)
+    lic = lib.bpf_module_license(module) or b"GPL"
+    return ObjSpec(bytes(lic), tuple(maps), funcs)
+
+
+def _relocate(code: bytes, table: dict[int, int]) -> bytes:
+    """Every map reference's immediate replaced through ``table`` (fd -> index, or index ->
+    fd); anything else that refers outside the instructions is refused."""
+    out = bytearray(code)
+    i = 0
+    while i < len(out):
+        if out[i] == BPF_LD_IMM64:
+            src = out[i + 1] >> 4
+            if src in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE):
+                (imm,) = struct.unpack_from("<i", out, i + 4)
+                if imm not in table:
+                    raise ValueError(f"instruction {i // 8} refers to unknown map {imm}")
+                struct.pack_into("<i", out, i + 4, table[imm])
+            elif src != 0:
+                raise ValueError(f"instruction {i // 8}: ld_imm64 pseudo source {src}")
+            i += 16
+        else:
+            i += 8
+    return bytes(out)
+
+
+# --- the cache --------------------------------------------------------------------------
+
+def cache_key(text: bytes, cflags: list[str], probe_dir: str, bcc_version: str,
+              header_dir: str) -> str:
+    u = os.uname()
+    h = hashlib.sha256(f"{SCHEMA}\0{u.release}\0{u.version}\0{bcc_version}\0{header_dir}\0"
+                       .encode())
+    h.update(text + b"\0" + "\0".join(cflags).encode())
+    for name in sorted(os.listdir(probe_dir)):
+        if name.endswith(".h"):
+            with open(os.path.join(probe_dir, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
+def cache_dir() -> str | None:
+    """The bpf/ directory under the layout cache's, or None (off, or not ours alone)."""
+    from gmpmon.fleet.layoutcache import _safe_dir, default_dir
+
+    base = default_dir()
+    if base is None:
+        return None
+    path = os.path.join(base, "bpf")
+    if _safe_dir(base) is not None or _safe_dir(path) is not None:
+        return None
+    return path
+
+
+def to_json(spec: ObjSpec) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "license": spec.license.decode(),
+        "maps": [m.__dict__ for m in spec.maps],
+        "funcs": {k: base64.b64encode(v).decode() for k, v in spec.funcs.items()},
+    }
+
+
+def from_json(d: Any) -> ObjSpec:
+    """The spec of an entry; ValueError/KeyError/TypeError for anything not one."""
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        raise ValueError("not an entry of this schema")
+    maps = []
+    for m in d["maps"]:
+        spec = MapSpec(**m)
+        if not all(isinstance(getattr(spec, f), int) for f in
+                   ("type", "key_size", "value_size", "max_entries", "flags")):
+            raise TypeError("map fields")
+        if not all(isinstance(getattr(spec, f), str) for f in ("name", "key_desc", "leaf_desc")):
+            raise TypeError("map fields")
+        maps.append(spec)
+    funcs = {str(k): base64.b64decode(v, validate=True) for k, v in d["funcs"].items()}
+    if any(len(v) % 8 for v in funcs.values()):
+        raise ValueError("bytecode length")
+    return ObjSpec(str(d["license"]).encode(), tuple(maps), funcs)
+
+
+def read_entry(path: str) -> ObjSpec | None:
+    try:
+        with open(path, "rb") as f:
+            spec = from_json(json.loads(f.read()))
+        os.utime(path)  # least recently used goes first
+        return spec
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_entry(directory: str, path: str, spec: ObjSpec) -> None:
+    """Atomically (rename); keeps at most MAX_ENTRIES entries. Failures are silent: the
+    cache only saves time."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    body = json.dumps(to_json(spec)).encode()
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            os.write(fd, body)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        entries = sorted(
+            (e for e in os.scandir(directory) if e.name.endswith(".json")),
+            key=lambda e: e.stat().st_mtime,
+        )
+        for e in entries[:-MAX_ENTRIES]:
+            os.unlink(e.path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+# --- loading ----------------------------------------------------------------------------
+
+def _bpf(cmd: int, attr: ct.Array[ct.c_char]) -> int:
+    return int(_libc.syscall(SYS_BPF, cmd, attr, ATTR_SIZE))
+
+
+def create_map(m: MapSpec) -> int:
+    attr = ct.create_string_buffer(ATTR_SIZE)
+    for off, v in ((0, m.type), (4, m.key_size), (8, m.value_size), (12, m.max_entries),
+                   (16, m.flags)):
+        ct.c_uint32.from_buffer(attr, off).value = v
+    name = m.name.encode()[:15]
+    ct.memmove(ct.addressof(attr) + 28, name, len(name))
+    fd = _bpf(BPF_MAP_CREATE, attr)
+    if fd < 0:
+        err = ct.get_errno()
+        if err == 1:
+            raise PermissionDenied(f"creating BPF map {m.name} was refused",
+                                   hint="needs root or CAP_BPF")
+        raise KernelSupportError(f"cannot create BPF map {m.name}: {os.strerror(err)}",
+                                 hint="run `gmpmon doctor`")
+    return fd
+
+
+def load_prog(name: str, insns: bytes, prog_type: int, license: bytes,
+              attach_type: int = -1) -> int:
+    code = ct.create_string_buffer(insns, len(insns))
+    lic = ct.create_string_buffer(license)
+    attr = ct.create_string_buffer(ATTR_SIZE)
+    ct.c_uint32.from_buffer(attr, 0).value = prog_type
+    ct.c_uint32.from_buffer(attr, 4).value = len(insns) // 8
+    ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(code)
+    ct.c_uint64.from_buffer(attr, 16).value = ct.addressof(lic)
+    pname = name.encode()[:15]
+    ct.memmove(ct.addressof(attr) + 48, pname, len(pname))
+    if attach_type >= 0:
+        ct.c_uint32.from_buffer(attr, 68).value = attach_type
+    fd = _bpf(BPF_PROG_LOAD, attr)
+    if fd >= 0:
+        return fd
+    err = ct.get_errno()
+    if err == 1:
+        raise PermissionDenied(f"loading BPF program {name} was refused",
+                               hint="needs root or CAP_BPF+CAP_PERFMON")
+    # Again with the verifier's log, for the one line that says why.
+    log = ct.create_string_buffer(LOG_SIZE)
+    ct.c_uint32.from_buffer(attr, 24).value = 1
+    ct.c_uint32.from_buffer(attr, 28).value = LOG_SIZE
+    ct.c_uint64.from_buffer(attr, 32).value = ct.addressof(log)
+    fd = _bpf(BPF_PROG_LOAD, attr)
+    if fd >= 0:
+        return fd
+    lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
+    why = lines[-1] if lines else os.strerror(ct.get_errno() or err)
+    raise KernelSupportError(f"the kernel refused BPF program {name}: {why}",
+                             hint="run `gmpmon doctor`")
+
+
+class Function:
+    def __init__(self, name: bytes, fd: int) -> None:
+        self.name = name
+        self.fd = fd
+
+
+class LoadedObject:
+    """What gmpmon uses of a BCC ``BPF`` object (tables by name, load_func, perf events, raw
+    tracepoints, cleanup), over maps and programs this module created from an ObjSpec."""
+
+    def __init__(self, spec: ObjSpec, bcc: Any) -> None:
+        self.spec = spec
+        self._bcc = bcc
+        self.map_fds: list[int] = []
+        self.tables: dict[bytes, Any] = {}
+        self.funcs: dict[bytes, Function] = {}
+        self.open_perf_events: dict[tuple[int, int], dict[int, int]] = {}
+        self.raw_tracepoint_fds: dict[bytes, int] = {}
+        self._by_name = {m.name.encode(): i for i, m in enumerate(spec.maps)}
+        try:
+            for m in spec.maps:
+                self.map_fds.append(create_map(m))
+            self._code = {name.encode(): _relocate(code, dict(enumerate(self.map_fds)))
+                          for name, code in spec.funcs.items()}
+        except BaseException:
+            self.cleanup()
+            raise
+
+    # tables
+    def __getitem__(self, name: bytes) -> Any:
+        t = self.tables.get(name)
+        if t is None:
+            i = self._by_name.get(name)
+            if i is None:
+                raise KeyError(name)
+            t = self.tables[name] = make_table(self._bcc, self.spec.maps[i], self.map_fds[i], i)
+        return t
+
+    def __contains__(self, name: bytes) -> bool:
+        return name in self._by_name
+
+    # programs
+    def load_func(self, name: bytes, prog_type: int, device: Any = None,
+                  attach_type: int = -1) -> Function:
+        fn = self.funcs.get(name)
+        if fn is None:
+            code = self._code.get(name)
+            if code is None:
+                raise KernelSupportError(f"no BPF function {name.decode()} in the object")
+            fd = load_prog(name.decode(), code, prog_type, self.spec.license, attach_type)
+            fn = self.funcs[name] = Function(name, fd)
+        return fn
+
+    def attach_perf_event(self, ev_type: int = -1, ev_config: int = -1, fn_name: bytes = b"",
+                          sample_period: int = 0, sample_freq: int = 0, pid: int = -1,
+                          cpu: int = -1, group_fd: int = -1) -> None:
+        fn = self.load_func(fn_name, self._bcc.BPF.PERF_EVENT)
+        lib = self._bcc.lib
+        cpus = [cpu] if cpu >= 0 else self._bcc.utils.get_online_cpus()
+        res: dict[int, int] = {}
+        self.open_perf_events[(ev_type, ev_config)] = res
+        for c in cpus:
+            fd = int(lib.bpf_attach_perf_event(fn.fd, ev_type, ev_config, sample_period,
+                                               sample_freq, pid, c, group_fd))
+            if fd < 0:
+                raise KernelSupportError(
+                    f"cannot open a perf event on CPU {c}: {os.strerror(ct.get_errno())}")
+            res[c] = fd
+
+    def detach_perf_event(self, ev_type: int = -1, ev_config: int = -1) -> None:
+        for fd in self.open_perf_events.pop((ev_type, ev_config), {}).values():
+            self._bcc.lib.bpf_close_perf_event_fd(fd)
+
+    def attach_raw_tracepoint(self, tp: bytes = b"", fn_name: bytes = b"") -> None:
+        if tp in self.raw_tracepoint_fds:
+            raise KernelSupportError(f"raw tracepoint {tp.decode()} is already attached")
+        fn = self.load_func(fn_name, self._bcc.BPF.RAW_TRACEPOINT)
+        fd = int(self._bcc.lib.bpf_attach_raw_tracepoint(fn.fd, tp))
+        if fd < 0:
+            raise KernelSupportError(f"cannot attach raw tracepoint {tp.decode()}: "
+                                     f"{os.strerror(ct.get_errno())}")
+        self.raw_tracepoint_fds[tp] = fd
+
+    def detach_raw_tracepoint(self, tp: bytes = b"") -> None:
+        fd = self.raw_tracepoint_fds.pop(tp, None)
+        if fd is not None:
+            os.close(fd)
+
+    def cleanup(self) -> None:
+        for tp in list(self.raw_tracepoint_fds):
+            self.detach_raw_tracepoint(tp)
+        for key in list(self.open_perf_events):
+            self.detach_perf_event(*key)
+        for fn in self.funcs.values():
+            _close(fn.fd)
+        self.funcs.clear()
+        self.tables.clear()
+        for fd in self.map_fds:
+            _close(fd)
+        self.map_fds = []
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def make_table(bcc: Any, m: MapSpec, fd: int, index: int) -> Any:
+    """BCC's own table class for the map's type, over our fd. BCC's constructors ask its
+    compiled module for the type, flags and size; those are set here from the spec instead
+    (everything else BCC's tables do goes through the fd)."""
+    tb = bcc.table
+    classes = {
+        tb.BPF_MAP_TYPE_HASH: tb.HashTable, tb.BPF_MAP_TYPE_ARRAY: tb.Array,
+        tb.BPF_MAP_TYPE_PERCPU_ARRAY: tb.PerCpuArray, tb.BPF_MAP_TYPE_LRU_HASH: tb.LruHash,
+        tb.BPF_MAP_TYPE_STACK_TRACE: tb.StackTrace, tb.BPF_MAP_TYPE_RINGBUF: tb.RingBuf,
+        tb.BPF_MAP_TYPE_PERCPU_HASH: tb.PerCpuHash,
+    }
+    cls = classes.get(m.type)
+    if cls is None:
+        raise KernelSupportError(f"map {m.name}: type {m.type} is not supported here")
+    decode = bcc.BPF._decode_table_type
+    t = cls.__new__(cls)
+    t.bpf, t.map_id, t.map_fd = None, index, fd
+    t.Key = decode(json.loads(m.key_desc)) if m.key_desc else ct.c_int
+    t.Leaf = decode(json.loads(m.leaf_desc)) if m.leaf_desc else ct.c_int
+    t.ttype, t.flags, t._cbs, t._name = m.type, m.flags, {}, m.name.encode()
+    t.max_entries = m.max_entries
+    if m.type in (tb.BPF_MAP_TYPE_PERCPU_ARRAY, tb.BPF_MAP_TYPE_PERCPU_HASH):
+        # PerCpuArray/PerCpuHash.__init__: a value per possible CPU, 8-byte aligned.
+        t.reducer = None
+        t.sLeaf = t.Leaf
+        t.total_cpu = len(bcc.utils.get_possible_cpus())
+        t.alignment = ct.sizeof(t.sLeaf) % 8
+        if t.alignment == 0:
+            t.Leaf = t.sLeaf * t.total_cpu
+        elif t.sLeaf in (ct.c_uint, ct.c_int):
+            t.Leaf = (ct.c_uint64 if t.sLeaf == ct.c_uint else ct.c_int64) * t.total_cpu
+        else:
+            raise KernelSupportError(f"map {m.name}: per-CPU value not 8-byte aligned")
+    if m.type == tb.BPF_MAP_TYPE_RINGBUF:
+        t._ringbuf, t._event_class = None, None
+    return t
+
+
+# --- the entry point --------------------------------------------------------------------
+
+def build(bcc: Any, text: bytes, cflags: list[str], probe_dir: str, header_dir: str) -> Any:
+    """The object for ``text`` compiled with ``cflags``: loaded from the cache, else compiled
+    by BCC (its exceptions pass through) and cached. A ``-DTGID=N`` flag is not compiled in:
+    N goes into the object's `tgid_cfg` map before anything can be attached.
+
+    If BCC's output holds something this loader cannot redo, BCC's own object is returned
+    (uncached); it has the same interface."""
+    tgid = 0
+    flags = []
+    for f in cflags:
+        if f.startswith("-DTGID="):
+            tgid = int(f.split("=", 1)[1])
+        else:
+            flags.append(f)
+    try:
+        hdr_id = str(os.stat(header_dir).st_mtime_ns)
+    except OSError:
+        hdr_id = "-"
+    directory = cache_dir()
+    key = cache_key(text, flags, probe_dir, f"{bcc.__version__}", f"{header_dir}\0{hdr_id}")
+    path = os.path.join(directory, f"{key}.json") if directory else None
+    spec = read_entry(path) if path else None
+    if spec is None:
+        compiled = bcc.BPF(text=text, cflags=flags)
+        try:
+            spec = extract(compiled, bcc.lib)
+        except ValueError:
+            set_tgid(compiled, tgid)
+            return compiled
+        compiled.cleanup()
+        if path and directory:
+            write_entry(directory, path, spec)
+    obj = LoadedObject(spec, bcc)
+    set_tgid(obj, tgid)
+    return obj
+
+
+def set_tgid(obj: Any, tgid: int) -> None:
+    obj[b"tgid_cfg"][ct.c_int(0)] = ct.c_uint32(tgid)
