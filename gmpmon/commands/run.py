@@ -73,6 +73,7 @@ def spawn_stopped(argv: list[str]) -> tuple[int, int, int]:
             os.close(go_w)
             os.close(st_r)
             if priority.BOOSTED is not None:  # the target runs at the nice gmpmon started with
+                priority.end_realtime_here()
                 os.setpriority(os.PRIO_PROCESS, 0, priority.BOOSTED)
             if os.read(go_r, 1) != b"x":
                 os._exit(127)

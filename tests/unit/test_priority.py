@@ -1,0 +1,116 @@
+"""The attach's raised priority (gmpmon/priority.py): realtime for a bounded time, on every
+thread it reached, and never passed on to the program `gmpmon run` starts."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gmpmon import priority
+from gmpmon.commands.run import spawn_stopped
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="raising priority needs root")
+
+
+def policy(tid: int) -> int:
+    return os.sched_getscheduler(tid)
+
+
+def nice(tid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, tid)
+
+
+@pytest.fixture(autouse=True)
+def usual_priority(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("GMPMON_NO_BOOST", raising=False)
+    yield
+    priority.restore(0)  # whatever a failed test left
+
+
+def test_boost_is_realtime_until_restore_for_every_thread_it_reached() -> None:
+    me = threading.get_native_id()
+    before = nice(me)
+    old = priority.boost()
+    assert old == before
+    assert policy(me) == os.SCHED_RR and nice(me) == priority.BOOST_NICE
+    tids: list[int] = []
+    started = threading.Event()
+    done = threading.Event()
+
+    def worker() -> None:
+        tids.append(threading.get_native_id())
+        started.set()
+        done.wait(10)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait(5)
+    try:
+        assert policy(tids[0]) == os.SCHED_RR  # inherited, and ended below with the rest
+        priority.restore(old)
+        for tid in (me, tids[0]):
+            assert policy(tid) == os.SCHED_OTHER and nice(tid) == before
+    finally:
+        done.set()
+        t.join()
+
+
+def test_the_watchdog_ends_realtime_on_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(priority, "RT_MAX_S", 0.2)
+    me = threading.get_native_id()
+    old = priority.boost()
+    assert policy(me) == os.SCHED_RR
+    deadline = time.monotonic() + 5
+    while policy(me) != os.SCHED_OTHER and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert policy(me) == os.SCHED_OTHER
+    assert nice(me) == priority.BOOST_NICE  # still raised, not realtime, until restore
+    priority.restore(old)
+    assert nice(me) == old
+
+
+def test_a_boost_on_every_thread_reaches_threads_already_running() -> None:
+    tids: list[int] = []
+    started, done = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        tids.append(threading.get_native_id())
+        started.set()
+        done.wait(10)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait(5)
+    try:
+        old = priority.boost(every_thread=True)
+        assert policy(tids[0]) == os.SCHED_RR and nice(tids[0]) == priority.BOOST_NICE
+        priority.restore(old)
+        assert policy(tids[0]) == os.SCHED_OTHER and nice(tids[0]) == old
+    finally:
+        done.set()
+        t.join()
+
+
+def test_the_program_gmpmon_run_starts_gets_the_usual_priority(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    before = nice(0)
+    monkeypatch.setattr(priority, "BOOSTED", priority.boost())
+    pid, go_w, st_r = spawn_stopped(["/bin/sleep", "5"])
+    try:
+        os.write(go_w, b"x")
+        assert os.read(st_r, 100) == b""  # exec'd
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # stat fields 19 (nice) and 41 (policy), counted from the one after ")" as 3
+        assert int(fields[19 - 3]) == before
+        assert int(fields[41 - 3]) == os.SCHED_OTHER
+    finally:
+        os.kill(pid, 9)  # ours: spawned above
+        os.waitpid(pid, 0)
+        os.close(go_w)
+        os.close(st_r)
+        priority.restore(priority.BOOSTED)
