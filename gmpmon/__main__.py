@@ -1,5 +1,3 @@
-import sys
+from gmpmon.cli import entry
 
-from gmpmon.cli import main
-
-sys.exit(main())
+entry()

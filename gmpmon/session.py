@@ -12,8 +12,9 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+from gmpmon import priority
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.capture import Capture
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL
@@ -22,6 +23,7 @@ from gmpmon.capture.sampler import gate_layout, read_gomaxprocs
 from gmpmon.capture.triggers import TriggerSpec
 from gmpmon.dumps import DumpKeeper
 from gmpmon.events import Batch, Header, Stage
+from gmpmon.findings.attribution import Cancelled
 from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
@@ -35,6 +37,7 @@ SNAPSHOT_EVERY_S = 0.25
 # last took, so snapshots take at most a quarter of the model's time and it keeps up.
 SNAPSHOT_SHARE = 4
 CUT_AFTER_S = 0.3
+FEED_CHUNK = 4096  # events fed between two looks at the cut time
 # Tests only: hold the GIL this long per batch, as a model far too slow for its input would.
 SLOW_MODEL_S = float(os.environ.get("GMPMON_DEBUG_SLOW_MODEL_MS", "0") or 0) / 1000
 
@@ -230,20 +233,27 @@ class LiveSession:
             return
         self._closed = True
         # --duration / Ctrl-C end the run within a second whatever the backlog: what the
-        # model has not reached by then is cut (counted), not worked through.
+        # model has not reached by then is cut (counted), not worked through. The model
+        # thread's snapshot in progress is given up (the final one is made here), and the
+        # end runs at the attach's raised priority: on a saturated machine the final
+        # snapshot of 64 Ps took seconds at gmpmon's own (gmpmon/priority.py).
         self._cut_at = time.monotonic() + CUT_AFTER_S
-        self.capture.stop()
-        if self._thread is not None:
-            self._thread.join()
+        boosted = priority.boost(every_thread=True)
         try:
-            self.model.flush()
-            self._latest = snapshot_with_findings(self.model)
-        except Exception as e:  # keep the last good snapshot; the exit says what failed
-            self.error = self.error or e
-        try:
-            self.stop_recording()
-        except OSError as e:
-            self.error = self.error or e
+            self.capture.stop()
+            if self._thread is not None:
+                self._thread.join()
+            try:
+                self.model.flush()
+                self._latest = snapshot_with_findings(self.model)
+            except Exception as e:  # keep the last good snapshot; the exit says what failed
+                self.error = self.error or e
+            try:
+                self.stop_recording()
+            except OSError as e:
+                self.error = self.error or e
+        finally:
+            priority.restore(boosted)
 
     @property
     def target_exited(self) -> bool:
@@ -283,17 +293,18 @@ class LiveSession:
                 else:
                     if batch is None:
                         break
-                    if self._cut_at and time.monotonic() > self._cut_at:
-                        events, _n = thin(batch.events, Stage.CUT_AT_END)
-                        batch = Batch(events, batch.stacks)
-                self._consume(batch)
+                for part in self._parts(batch):
+                    self._consume(part)
                 now = time.monotonic()
                 # Once close() began, the final snapshot is close()'s: none in between.
                 if now >= next_snap and not self._cut_at and (self._asked
                                                               or not self._on_request):
                     with self._snap_cv:
                         self._asked = False  # an ask from here on is for the next one
-                    snap = snapshot_with_findings(self.model)
+                    try:
+                        snap = snapshot_with_findings(self.model, self._closing)
+                    except Cancelled:  # close() began: the final snapshot is its own
+                        continue
                     with self._snap_cv:
                         self._latest = snap
                         self._made += 1
@@ -323,6 +334,23 @@ class LiveSession:
             with self._snap_cv:
                 self.finished.set()
                 self._snap_cv.notify_all()  # fresh() answers with the last one
+
+    def _parts(self, batch: Batch) -> Iterator[Batch]:
+        """``batch`` in pieces of at most FEED_CHUNK events; once close()'s cut time has
+        passed, the rest is thinned (counted as cut), so that a large batch taken just
+        before it is not worked through: at 64 Ps one took seconds to feed."""
+        ev = batch.events
+        stacks = batch.stacks
+        for i in range(0, max(len(ev), 1), FEED_CHUNK):
+            if self._cut_at and time.monotonic() > self._cut_at:
+                events, _n = thin(ev[i:], Stage.CUT_AT_END)
+                yield Batch(events, stacks)
+                return
+            yield Batch(ev[i:i + FEED_CHUNK], stacks) if i or len(ev) > FEED_CHUNK else batch
+            stacks = {}
+
+    def _closing(self) -> bool:
+        return self._cut_at != 0
 
     def trigger(self, metric: str = "key") -> bool:
         """Fire a manual trigger (``key``: the TUI's key, ``sigusr1``); False if the user

@@ -28,10 +28,21 @@ DROPPABLE = frozenset(int(k) for k in (
 ))
 
 
+# At the end (--duration, Ctrl-C) what is still queued after the cut time is not worked
+# through: only totals and bookkeeping are kept (COUNTER, LOST, WINDOW, COST, DROP, TRIGGER,
+# STW, mutex waits, the runtime counters and the census). The perf samples, wake-ups,
+# preemption requests and hand-offs go too: at 64 Ps they alone kept the model busy for
+# seconds past the end.
+END_DROPPABLE = DROPPABLE | frozenset(int(k) for k in (
+    Kind.WAKE, Kind.CPU_SAMPLE, Kind.PREEMPT_REQ, Kind.HANDOFF,
+))
+
+
 def thin(events: list[EventTuple], stage: Stage) -> tuple[list[EventTuple], int]:
-    """``events`` without the droppable records, plus a DROP event counting them (if any);
-    and how many were dropped."""
-    kept = [e for e in events if e[1] not in DROPPABLE]
+    """``events`` without the droppable records (at CUT_AT_END: END_DROPPABLE), plus a DROP
+    event counting them (if any); and how many were dropped."""
+    drop = END_DROPPABLE if stage == Stage.CUT_AT_END else DROPPABLE
+    kept = [e for e in events if e[1] not in drop]
     n = len(events) - len(kept)
     if n:
         kept.append((events[-1][0], int(Kind.DROP), -1, 0, 0, n, int(stage)))

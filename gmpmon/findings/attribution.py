@@ -18,7 +18,7 @@ keyed by span end, so each wait finds its overlapping spans with one bisection p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sortedcontainers import SortedKeyList
 
@@ -39,6 +39,10 @@ MAX_TAIL = 64
 # spans of each P, and 64 such waits took 15-20 s of the model thread per snapshot (scale
 # workload). The waits are swept in their picked order until the budget is spent.
 MAX_SPANS = 100_000
+
+
+class Cancelled(Exception):
+    """The caller gave up on this attribution (its snapshot is not wanted any more)."""
 
 
 def _end(s: Span) -> int:
@@ -125,9 +129,11 @@ def attribute(
     *,
     threshold_ns: int | None = None,
     quantile: float = 0.99,
+    cancelled: Callable[[], bool] | None = None,
 ) -> Attribution:
     """Attribute the waits of ``samples`` (ready, execute, P, goid) at or above the
-    threshold (default: their ``quantile``)."""
+    threshold (default: their ``quantile``). ``cancelled`` is asked before each wait's
+    sweep: True raises Cancelled (the sweeps are most of a large snapshot's time)."""
     if not samples:
         note = "no latency samples with their times: needs the hot probes (full or default mode)"
         return Attribution(0, 0, 0, {}, "", note)
@@ -154,6 +160,8 @@ def attribute(
     got: dict[str, int] = dict.fromkeys(ATTRIBUTION_CATEGORIES, 0)
     swept = 0
     for r, e in picked:
+        if cancelled is not None and cancelled():
+            raise Cancelled
         for cat, ns in index.breakdown(r, e).items():
             got[cat] += ns
         swept += 1

@@ -40,9 +40,11 @@ def evaluate(
     *,
     thresholds: Thresholds | None = None,
     attribution: Attribution | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> tuple[tuple[Finding, ...], Attribution]:
     th = thresholds or Thresholds()
-    att = attribution if attribution is not None else attribute(snap, inputs.latency_samples)
+    att = attribution if attribution is not None else attribute(
+        snap, inputs.latency_samples, cancelled=cancelled)
     ctx = Context(snap, inputs, att, th)
     if ctx.duration_ns < th.min_duration_ns:
         return (), att
@@ -54,15 +56,18 @@ def evaluate(
     return tuple(out), att
 
 
-def with_findings(snap: Snapshot, tracker: FindingsTracker) -> Snapshot:
-    """``snap`` with its findings, latency attribution and cgroup reading filled in."""
+def with_findings(snap: Snapshot, tracker: FindingsTracker,
+                  cancelled: Callable[[], bool] | None = None) -> Snapshot:
+    """``snap`` with its findings, latency attribution and cgroup reading filled in
+    (``cancelled``: see attribution.attribute)."""
     inputs = tracker.inputs(snap.now)
-    found, att = evaluate(snap, inputs)
+    found, att = evaluate(snap, inputs, cancelled=cancelled)
     return dataclasses.replace(
         snap, findings=found, latency_attribution=att, cgroup_cpu=inputs.cgroup
     )
 
 
-def snapshot_with_findings(model: Model) -> Snapshot:
-    """The model's Snapshot now, with its findings, latency attribution and cgroup reading."""
-    return with_findings(model.snapshot(), model.findings)
+def snapshot_with_findings(model: Model, cancelled: Callable[[], bool] | None = None) -> Snapshot:
+    """The model's Snapshot now, with its findings, latency attribution and cgroup reading
+    (``cancelled``: see attribution.attribute)."""
+    return with_findings(model.snapshot(), model.findings, cancelled)
