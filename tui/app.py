@@ -380,6 +380,7 @@ class GmpmonApp(App[None]):
             return
         self.seek.step(int(delta_ns))
         self.query_one(GoroutinesView).invalidate()
+        self.query_one(ProcsView).invalidate()
         self.paused = True
         self._deliver(self._poll_once())
 
@@ -395,6 +396,7 @@ class GmpmonApp(App[None]):
             return
         self.seek.seek(min(max(float(fraction), 0.0), 1.0))
         self.query_one(GoroutinesView).invalidate()
+        self.query_one(ProcsView).invalidate()
         self._deliver(self._poll_once())
 
     def action_export_folded(self) -> None:

@@ -9,6 +9,8 @@ and when a source was off, how to turn it on.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -20,6 +22,8 @@ from gmpmon.tui.render import WINDOW_MARK, fmt_count, fmt_ns, fmt_q, panel_table
 TOP_THREADS = 12
 TOP_GOROUTINES = 8
 TOP_NAMES = 3  # syscall names per P row
+TOP_PROCS = 16  # syscall rows (Ps) at most: beyond, the Ps with most syscalls
+INLINE_PS = 8  # per-P figures on one line at most (the busiest)
 DIM = "dim"
 # What to type to turn an opt-in source on (docs/modes.md "Kernel sources": their cost).
 SCHED_ON = "--kernel samples,sched"
@@ -189,6 +193,16 @@ def _threads_samples(snap: Snapshot, k: KernelView, ps: dict[int, int]) -> Group
     return Group(*parts)
 
 
+def inline_per_p(pairs: Iterable[tuple[int, int]], fmt: Callable[[int], str] = fmt_count) -> str:
+    """``P0 12  P1 7``: by P id, or, with more than INLINE_PS Ps, the largest ones."""
+    items = list(pairs)
+    shown = items
+    if len(items) > INLINE_PS:
+        shown = sorted(sorted(items, key=lambda kv: (-kv[1], kv[0]))[:INLINE_PS])
+    text = "  ".join(f"P{p} {fmt(n)}" for p, n in shown)
+    return text + (f"  (+{len(items) - len(shown)} Ps)" if len(shown) < len(items) else "")
+
+
 def _names(row: ProcSyscalls, n: int = TOP_NAMES) -> str:
     return ", ".join(f"{s.name} {fmt_count(s.count)}" for s in row.top[:n])
 
@@ -210,11 +224,16 @@ def syscalls_panel(snap: Snapshot) -> Group | Text | None:
         for i, c in enumerate(("P", "count", "/s", "time", "avg", "top syscalls")):
             t.add_column(c, justify="left" if i in (0, 5) else "right", no_wrap=True)
         secs = _seconds(snap)
-        for row in sorted(k.syscalls_by_p, key=lambda r: (r.p < 0, r.p)):
+        rows = list(k.syscalls_by_p)
+        if len(rows) > TOP_PROCS:  # many Ps: those that made the most
+            rows = sorted(rows, key=lambda r: (-r.count, r.p))[:TOP_PROCS]
+        for row in sorted(rows, key=lambda r: (r.p < 0, r.p)):
             t.add_row("no P" if row.p < 0 else f"P{row.p}", fmt_count(row.count),
                       fmt_count(row.count / secs), fmt_ns(row.ns),
                       fmt_ns(row.ns / row.count) if row.count else "-", _names(row))
-        return Group(head, t, Text(
+        more = len(k.syscalls_by_p) - len(rows)
+        extra = [Text(f"+{more} Ps with fewer syscalls", style=DIM)] if more > 0 else []
+        return Group(head, t, *extra, Text(
             "no P: made by an M without a P (sysmon, an M whose P was handed off, cgo); "
             "time: entry to exit, blocked time included", style=DIM),
             Text(f"source: {SYSCALL_SOURCE} (exact)", style=DIM))
@@ -222,7 +241,7 @@ def syscalls_panel(snap: Snapshot) -> Group | Text | None:
     if rv is not None and rv.reads and rv.procs:
         line = Text()
         line.append("per P: ", style="bold")
-        line.append("  ".join(f"P{t.p} {fmt_count(t.syscalls)}" for t in rv.procs))
+        line.append(inline_per_p((t.p, t.syscalls) for t in rv.procs))
         parts.append(line)
         parts.append(Text("source: runtime counters (p.syscalltick: syscalls through Go's "
                           "entersyscall; no time, no names)", style=DIM))
@@ -245,8 +264,8 @@ def oncpu_panel(snap: Snapshot) -> Group | Text | None:
     head.append(f"  Go {fmt_count(s.go)}  runtime g0 {fmt_count(s.g0)}  kernel "
                 f"{fmt_count(s.kernel)}  not in Go {fmt_count(s.not_go)}")
     if k.cpu_by_p:
-        head.append("  per P: " + "  ".join(
-            f"P{p} {fmt_ns(n * s.period_ns)}" for p, n in k.cpu_by_p.items()))
+        head.append("  per P: " + inline_per_p(k.cpu_by_p.items(),
+                                          lambda n: fmt_ns(n * s.period_ns)))
     t = panel_table()
     for i, c in enumerate(("G", "CPU~", "share", "Ps", "where")):
         t.add_column(c, justify="right" if i in (1, 2) else "left", no_wrap=True)

@@ -1,6 +1,7 @@
 """gmpmon's own CPU while a user watches each view (needs root, tmux, a running Go program).
 
     sudo .venv/bin/python -m tests.tui.measure_cpu PID [--mode default] [--seconds 15]
+        [--kernel samples,sched,syscalls]
 
 tmux runs `gmpmon attach PID` in a 100x30 terminal; for each view (and paused, which leaves
 only capture and model) the keys are pressed and the CPU time of gmpmon's process (all its
@@ -34,9 +35,12 @@ def main() -> None:
     ap.add_argument("pid", type=int)
     ap.add_argument("--mode", default="default")
     ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--kernel", default="", help="gmpmon's --kernel LIST (default: its own)")
     args = ap.parse_args()
     session = f"gmpmon-cpu-{uuid.uuid4().hex[:6]}"
-    cmd = f"cd {REPO} && exec {sys.executable} -m gmpmon attach {args.pid} --mode {args.mode}"
+    kernel = f" --kernel {args.kernel}" if args.kernel else ""
+    cmd = (f"cd {REPO} && exec {sys.executable} -m gmpmon attach {args.pid} "
+           f"--mode {args.mode}{kernel}")
     tmux("new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd)
     try:
         gm = int(tmux("list-panes", "-t", session, "-F", "#{pane_pid}").split()[0])

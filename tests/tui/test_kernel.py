@@ -249,3 +249,28 @@ async def test_reset_counts_the_kernel_panels_from_the_reset() -> None:
     assert f"{len(d.threads)} Ms  on CPU {fmt_ns(on)}" in text
     assert f"{fmt_count(d.syscalls)} syscalls  {fmt_ns(d.syscall_ns)} in them" in text
     assert f"{fmt_count(d.samples.total)} samples" in text
+
+
+def test_many_ps_keep_the_syscall_panel_bounded() -> None:
+    """64 Ps must not make a 65-row panel: the Ps with most syscalls, and how many are left."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from gmpmon.model.kernelview import ProcSyscalls
+    from gmpmon.tui.kernel import TOP_PROCS, inline_per_p, syscalls_panel
+
+    snap = latest(replay(SAMPLE))
+    k = snap.kernel
+    assert k is not None
+    top = k.syscalls_by_p[0].top
+    rows = tuple(ProcSyscalls(p, 100 + p, 1000 * p, top) for p in range(64))
+    wide = dataclasses.replace(snap, kernel=dataclasses.replace(k, syscalls_by_p=rows))
+    console = Console(width=100, record=True)
+    console.print(syscalls_panel(wide))
+    out = console.export_text()
+    shown = [int(m) for m in re.findall(r"^P(\d+) ", out, re.M)]
+    assert shown == list(range(64 - TOP_PROCS, 64))
+    assert f"+{64 - TOP_PROCS} Ps with fewer syscalls" in out
+    line = inline_per_p((p, p) for p in range(64))
+    assert line.startswith("P56 56  P57 57") and line.endswith("(+56 Ps)")

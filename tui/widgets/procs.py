@@ -52,6 +52,7 @@ STATE_W = 10  # "searching?"
 # Perf samples reach the model in batches (50 ms) behind the other sources: a sampled cell
 # this close to ``now`` may still fill, so it is not kept as final.
 SAMPLED_SETTLE_NS = 250_000_000
+PANELS_EVERY_NS = 1_000_000_000
 
 
 class ProcTable(Widget):
@@ -196,6 +197,16 @@ class ProcTable(Widget):
 
 class ProcsView(KeyScroll):
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
+    _panels_at: tuple[int, int] | None = None  # (now, start) of the panels' snapshot
+
+    def invalidate(self) -> None:
+        """Redraw the panels at the next snapshot, however close in time (a replay step)."""
+        self._panels_at = None
+
+    def on_resize(self) -> None:
+        self.invalidate()
+        if self.snapshot is not None:
+            self.snapshot = self.snapshot
 
     def compose(self) -> ComposeResult:
         yield Static(id="procs-summary")
@@ -241,6 +252,17 @@ class ProcsView(KeyScroll):
         source = self.query_one("#procs-source", Static)
         source.display = snap.window != "exact"  # full mode: probe events, as everywhere
         source.update(timeline_source(snap))
+        self._update_panels(snap)
+
+    def _update_panels(self, snap: Snapshot) -> None:
+        """The kernel panels, at most once a second of snapshot time (and at once after a
+        jump in time): their Rich tables are most of this view's drawing cost, and
+        cumulative numbers read no better at 4 Hz."""
+        last = self._panels_at
+        if (last is not None and last[1] == snap.start
+                and 0 <= snap.now - last[0] < PANELS_EVERY_NS):
+            return
+        self._panels_at = (snap.now, snap.start)  # start: what the counts count from (z, t)
         width = self.size.width or self.app.size.width
         for wid, panel in (("procs-threads", threads_panel(snap, width)),
                            ("procs-syscalls", syscalls_panel(snap)),

@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from gmpmon.model.runtime import bucket_bounds
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.tui.kernel import inline_per_p
 from gmpmon.tui.measure import (
     NOT_MEASURED,
     Coverage,
@@ -133,8 +134,8 @@ def per_p_table(snap: Snapshot) -> Table | Group:
     notes = [Text("run% .. sys%: from 100 Hz P status reads (sampled)", style="dim")]
     rv = snap.runtime
     if rv is not None and rv.reads and rv.procs:
-        notes.insert(0, Text("scheduled (runtime counters, schedtick): " + "  ".join(
-            f"P{x.p} {fmt_count(x.schedules)}" for x in rv.procs)))
+        notes.insert(0, Text("scheduled (runtime counters, schedtick): " + inline_per_p(
+            (x.p, x.schedules) for x in rv.procs)))
     return Group(t, *notes)
 
 
