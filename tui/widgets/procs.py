@@ -198,6 +198,7 @@ class ProcTable(Widget):
 class ProcsView(KeyScroll):
     snapshot: reactive[Snapshot | None] = reactive(None, always_update=True)
     _panels_at: tuple[int, int] | None = None  # (now, start) of the panels' snapshot
+    _source_line = ""
 
     def invalidate(self) -> None:
         """Redraw the panels at the next snapshot, however close in time (a replay step)."""
@@ -251,7 +252,10 @@ class ProcsView(KeyScroll):
         self.query_one("#procs-summary", Static).update(text)
         source = self.query_one("#procs-source", Static)
         source.display = snap.window != "exact"  # full mode: probe events, as everywhere
-        source.update(timeline_source(snap))
+        line = timeline_source(snap)
+        if line.plain != self._source_line:  # a new text re-lays the view out
+            self._source_line = line.plain
+            source.update(line)
         self._update_panels(snap)
 
     def _update_panels(self, snap: Snapshot) -> None:
