@@ -274,3 +274,40 @@ def test_many_ps_keep_the_syscall_panel_bounded() -> None:
     assert f"+{64 - TOP_PROCS} Ps with fewer syscalls" in out
     line = inline_per_p((p, p) for p in range(64))
     assert line.startswith("P56 56  P57 57") and line.endswith("(+56 Ps)")
+
+
+async def test_sampler_off_says_so_and_the_strip_falls_back_to_the_status_reads() -> None:
+    """The sampler turned itself off (R14 failed validation): no panel shows sample
+    numbers, the strip is the P status reads and says why (the model side of SAMPLER_OFF is
+    tests/unit/test_kernel_model.py's)."""
+    import dataclasses
+
+    from tests.tui.sources import ListSource
+
+    src = replay(SAMPLE)
+    snap = latest(src)
+    k = snap.kernel
+    assert k is not None
+    why = "perf samples off: R14 was a goroutine of its thread in 0 of 400 user-mode samples"
+    off = dataclasses.replace(snap, kernel=dataclasses.replace(
+        k, samples=dataclasses.replace(k.samples, off=why), timeline={}, cpu_by_goroutine=()))
+    app = make_app(ListSource(src.header, [off]))
+    async with app.run_test(size=(120, 80)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        cell_ns, width = app.query_one(ProcTable).cell_ns, app.query_one(ProcTable).strip_width
+    words = flat(text)
+    assert f"timeline sampled (100 Hz P status reads of the runtime's memory); {why}" in words
+    assert why in text.split("on CPU: goroutines")[1]
+    # The strip is the status reads': a run glyph wherever they say running.
+    col = strip_column(text)
+    last = off.now // cell_ns
+    for row in proc_rows(text):
+        p = next(x for x in off.procs if x.id == int(row.split()[0]))
+        for i, ch in enumerate(row[col:].ljust(width)):
+            lo, hi = (last - width + 1 + i) * cell_ns, (last - width + 2 + i) * cell_ns
+            if any(_overlaps(a, b, lo, hi) for a, b in off.stw_spans):
+                continue
+            running = any(_overlaps(s.start, s.end, lo, hi) and s.state is PState.RUNNING
+                          for s in p.timeline)
+            assert (ch in SPARK[1:]) == running, (p.id, i, ch, row)
