@@ -18,7 +18,8 @@ BPF_HASH(counters, u64, u64, 32768);
 BPF_PERCPU_ARRAY(ctr_full, u64, 1);
 /* The target process, set by user space once loaded (gmpmon/capture/bpfobj.py): a map, not
  * a -D define, so one compiled object serves every process of a binary. Unset (0) it names
- * no process: the idle task's tgid 0 is never ours. */
+ * no process: the idle task's tgid 0 is never ours. The same text is in gmpmon.bpf.c and
+ * kernel_common.bpf.c: BCC rewrites map accesses only in the main file, not in a header. */
 BPF_ARRAY(tgid_cfg, u32, 1);
 
 static __always_inline u32 gm_target(void)

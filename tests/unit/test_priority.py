@@ -3,6 +3,7 @@ thread it reached, and never passed on to the program `gmpmon run` starts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -24,6 +25,27 @@ def nice(tid: int) -> int:
     return os.getpriority(os.PRIO_PROCESS, tid)
 
 
+@contextlib.contextmanager
+def a_thread() -> Iterator[int]:
+    """A thread that waits until the block ends; its native id."""
+    tids: list[int] = []
+    started, done = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        tids.append(threading.get_native_id())
+        started.set()
+        done.wait(10)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait(5)
+    try:
+        yield tids[0]
+    finally:
+        done.set()
+        t.join()
+
+
 @pytest.fixture(autouse=True)
 def usual_priority(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("GMPMON_NO_BOOST", raising=False)
@@ -37,26 +59,11 @@ def test_boost_is_realtime_until_restore_for_every_thread_it_reached() -> None:
     old = priority.boost()
     assert old == before
     assert policy(me) == os.SCHED_RR and nice(me) == priority.BOOST_NICE
-    tids: list[int] = []
-    started = threading.Event()
-    done = threading.Event()
-
-    def worker() -> None:
-        tids.append(threading.get_native_id())
-        started.set()
-        done.wait(10)
-
-    t = threading.Thread(target=worker)
-    t.start()
-    started.wait(5)
-    try:
-        assert policy(tids[0]) == os.SCHED_RR  # inherited, and ended below with the rest
+    with a_thread() as tid:
+        assert policy(tid) == os.SCHED_RR  # inherited, and ended below with the rest
         priority.restore(old)
-        for tid in (me, tids[0]):
-            assert policy(tid) == os.SCHED_OTHER and nice(tid) == before
-    finally:
-        done.set()
-        t.join()
+        for t in (me, tid):
+            assert policy(t) == os.SCHED_OTHER and nice(t) == before
 
 
 def test_the_watchdog_ends_realtime_on_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,25 +81,11 @@ def test_the_watchdog_ends_realtime_on_time(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_boost_on_every_thread_reaches_threads_already_running() -> None:
-    tids: list[int] = []
-    started, done = threading.Event(), threading.Event()
-
-    def worker() -> None:
-        tids.append(threading.get_native_id())
-        started.set()
-        done.wait(10)
-
-    t = threading.Thread(target=worker)
-    t.start()
-    started.wait(5)
-    try:
+    with a_thread() as tid:
         old = priority.boost(every_thread=True)
-        assert policy(tids[0]) == os.SCHED_RR and nice(tids[0]) == priority.BOOST_NICE
+        assert policy(tid) == os.SCHED_RR and nice(tid) == priority.BOOST_NICE
         priority.restore(old)
-        assert policy(tids[0]) == os.SCHED_OTHER and nice(tids[0]) == old
-    finally:
-        done.set()
-        t.join()
+        assert policy(tid) == os.SCHED_OTHER and nice(tid) == old
 
 
 def test_the_program_gmpmon_run_starts_gets_the_usual_priority(
