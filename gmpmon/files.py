@@ -83,3 +83,36 @@ def write_new_private(directory: Path, stem: str, suffix: str, data: bytes) -> P
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         return path
+
+
+# --- gmpmon's cache (the layout cache of `ps`, compiled BPF objects) -----------------------
+
+CACHE_ENV = "GMPMON_CACHE_DIR"
+
+
+def cache_root() -> str | None:
+    """Where gmpmon's caches live (None: off): /var/cache/gmpmon for root, else
+    $XDG_CACHE_HOME/gmpmon; ``$GMPMON_CACHE_DIR`` overrides, empty turns them off."""
+    env = os.environ.get(CACHE_ENV)
+    if env is not None:
+        return env or None
+    if os.geteuid() == 0:
+        return "/var/cache/gmpmon"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gmpmon")
+
+
+def private_dir(path: str) -> str | None:
+    """Why ``path`` must not be used, or None when it is ours alone (made if absent)."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as e:
+        return f"{path}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to uid {st.st_uid}"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None

@@ -17,10 +17,10 @@ index. Loading creates the maps afresh (nothing is shared between sessions), pat
 indices to the new fds and loads each program on first use. A miss compiles with BCC,
 writes the entry, frees BCC's object and loads from the entry like a hit: one way to run.
 
-The directory is the layout cache's (gmpmon/fleet/layoutcache.py: /var/cache/gmpmon for
-root, ``$GMPMON_CACHE_DIR`` overrides, empty turns caching off) under ``bpf/``, used only if
-it is ours and writable by us alone. An unreadable or foreign entry is a miss and is
-rewritten; deleting the directory is always safe.
+The directory is ``bpf/`` under gmpmon's cache root (gmpmon/files.py, shared with `ps`'s
+layout cache: /var/cache/gmpmon for root, ``$GMPMON_CACHE_DIR`` overrides, empty turns
+caching off), used only if it is ours and writable by us alone. An unreadable or foreign
+entry is a miss and is rewritten; deleting the directory is always safe.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any
 
 from gmpmon.capture.bpfsys import ATTR_SIZE, SYS_BPF
 from gmpmon.errors import KernelSupportError, PermissionDenied
+from gmpmon.files import cache_root, private_dir
 
 SCHEMA = 1
 MAX_ENTRIES = 64  # the oldest (by use) go first
@@ -153,13 +154,11 @@ def cache_key(text: bytes, cflags: list[str], probe_dir: str, bcc_version: str,
 
 def cache_dir() -> str | None:
     """The bpf/ directory under the layout cache's, or None (off, or not ours alone)."""
-    from gmpmon.fleet.layoutcache import _safe_dir, default_dir
-
-    base = default_dir()
+    base = cache_root()
     if base is None:
         return None
     path = os.path.join(base, "bpf")
-    if _safe_dir(base) is not None or _safe_dir(path) is not None:
+    if private_dir(base) is not None or private_dir(path) is not None:
         return None
     return path
 

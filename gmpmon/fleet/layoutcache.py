@@ -37,9 +37,12 @@ from gmpmon import __version__
 from gmpmon.binary.info import UNLOADED_FUNCTAB, BinaryInfo
 from gmpmon.binary.table import TABLE_ENV
 from gmpmon.binary.target import LoadSegments
+from gmpmon.files import CACHE_ENV
+from gmpmon.files import cache_root as default_dir
+from gmpmon.files import private_dir as _safe_dir
 
-ENV_DIR = "GMPMON_CACHE_DIR"
 SCHEMA = 1
+ENV_DIR = CACHE_ENV
 MAX_ENTRIES = 1000
 MAX_ENTRY_BYTES = 1 << 20
 FileId = tuple[int, int, int, int, int]
@@ -58,17 +61,6 @@ FIELDS = (*_STR, *_INT, *_BOOL, *_STR_INT, *_STR_STR, *_STRS)
 
 def file_id(st: os.stat_result) -> FileId:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def default_dir() -> str | None:
-    """Where the cache lives (None: off)."""
-    env = os.environ.get(ENV_DIR)
-    if env is not None:
-        return env or None
-    if os.geteuid() == 0:
-        return "/var/cache/gmpmon"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "gmpmon")
 
 
 def code_digest() -> str | None:
@@ -93,22 +85,6 @@ def code_digest() -> str | None:
         except OSError:
             return None
     return h.hexdigest()
-
-
-def _safe_dir(path: str) -> str | None:
-    """Why ``path`` must not be used, or None when it is ours alone (made if absent)."""
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as e:
-        return f"{path}: {e.strerror}"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a directory"
-    if st.st_uid != os.geteuid():
-        return f"{path} belongs to uid {st.st_uid}"
-    if st.st_mode & 0o022:
-        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
