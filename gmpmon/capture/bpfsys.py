@@ -191,6 +191,7 @@ class StackMap:
     def __init__(self, map_fd: int, value_size: int) -> None:
         self._key = ct.c_uint32(0)
         self._val = (ct.c_uint64 * (value_size // 8))()
+        self._words = memoryview(self._val).cast("B").cast("Q")  # tolist() at C speed
         self._attr = ct.create_string_buffer(ATTR_SIZE)
         ct.c_uint32.from_buffer(self._attr, 0).value = map_fd
         ct.c_uint64.from_buffer(self._attr, 8).value = ct.addressof(self._key)
@@ -201,7 +202,7 @@ class StackMap:
         self._key.value = stack_id
         if int(_libc.syscall(SYS_BPF, BPF_MAP_LOOKUP_ELEM, self._attr, ATTR_SIZE)) < 0:
             return []
-        pcs = self._val[:]
+        pcs: list[int] = self._words.tolist()
         try:
             return pcs[: pcs.index(0)]
         except ValueError:

@@ -344,6 +344,7 @@ class Capture:
                 next_sample = t0 + SAMPLE_NS
             self._poll_runtime(t0)
             if t0 >= next_counters:
+                self.stats.cpu_s = time.thread_time() - cpu0  # a syscall: not every poll
                 self._read_counters(t0)
                 # Many Ps make the counter map big (per-P latency buckets, the steal matrix):
                 # reading it may not take more than a tenth of the reader's time.
@@ -356,7 +357,6 @@ class Capture:
                 self._release(t0 - REORDER_NS)
                 next_release = t0 + self.release_ns
             self.stats.polls += 1
-            self.stats.cpu_s = time.thread_time() - cpu0
             if self.target_exited and self.stop_on_exit:
                 break
             time.sleep(POLL_S)
