@@ -196,7 +196,7 @@ def test_mutex_wait_matches_the_mutex_profile(tmp_path: Path, go: str) -> None:
     contention event). The waits that parked are the profile's sync.Mutex records one for one
     (from 1.22 the profile also holds the runtime's own contended locks, some released inside
     Mutex.Unlock: the oracle leaves out every record with runtime.unlock on its stack). Their
-    time: within 15% of the profile's delay from Go 1.22 (gmpmon times lockSlow entry to
+    time: within 0.75-1.15x of the profile's delay from Go 1.22 (gmpmon times lockSlow entry to
     return, spinning included; the profile from the semaphore sleep to the hand-over). Go 1.21's
     profile counts only part of each release's waiters' delay (a lower bound there), and
     /sync/mutex/wait/total:seconds samples 1 wait in 8: within 0.5-2x."""
@@ -210,8 +210,10 @@ def test_mutex_wait_matches_the_mutex_profile(tmp_path: Path, go: str) -> None:
           f"{r.oracle['runtime_lock_records']} records of the runtime's own locks left out)")
     assert parked == profiled > 500
     if minor >= 22:
+        # The profile estimates the queue's other waiters from its head's and tail's times
+        # ((dtail + dt0) / 2 x waiters per hand-over): measured 0.81-0.96x of gmpmon's sum.
         compare("mutex wait ns vs mutex profile delay", mu["wait_ns"],
-                r.oracle["mutex_profile_delay_ns"], 0.85, 1.15)
+                r.oracle["mutex_profile_delay_ns"], 0.75, 1.15)
     else:
         # 1.21's release resets the other waiters' start to its own time: its profile sums
         # how long the lock stayed contended, at most the waits' sum. The metric samples one

@@ -4,6 +4,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -24,5 +25,10 @@ func main() {
 		}()
 	}
 	wg.Wait()
+	// wg.Done runs before its goroutine exits: without this the process could end while the
+	// last one is between Done and goexit, and its exit would never happen (a count of N-1).
+	for runtime.NumGoroutine() > 1 {
+		runtime.Gosched()
+	}
 	fmt.Println("spawned", atomic.LoadInt64(&ran))
 }
