@@ -346,7 +346,7 @@ class LiveSession:
                 events, _n = thin(ev[i:], Stage.CUT_AT_END)
                 yield Batch(events, stacks)
                 return
-            yield Batch(ev[i:i + FEED_CHUNK], stacks) if i or len(ev) > FEED_CHUNK else batch
+            yield Batch(ev[i:i + FEED_CHUNK], stacks)
             stacks = {}
 
     def _closing(self) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes as ct
+import errno
 import hashlib
 import json
 import os
@@ -35,15 +36,14 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from gmpmon.capture.bpfsys import ATTR_SIZE, SYS_BPF
+from gmpmon.capture import bpfsys
+from gmpmon.capture.bpfsys import ATTR_SIZE, BPF_PROG_LOAD
 from gmpmon.errors import KernelSupportError, PermissionDenied
 from gmpmon.files import cache_root, private_dir
 
 SCHEMA = 1
 MAX_ENTRIES = 64  # the oldest (by use) go first
-_libc = ct.CDLL(None, use_errno=True)
 BPF_MAP_CREATE = 0
-BPF_PROG_LOAD = 5
 BPF_LD_IMM64 = 0x18
 BPF_PSEUDO_MAP_FD = 1
 BPF_PSEUDO_MAP_VALUE = 2
@@ -227,10 +227,6 @@ def write_entry(directory: str, path: str, spec: ObjSpec) -> None:
 
 # --- loading ----------------------------------------------------------------------------
 
-def _bpf(cmd: int, attr: ct.Array[ct.c_char]) -> int:
-    return int(_libc.syscall(SYS_BPF, cmd, attr, ATTR_SIZE))
-
-
 def create_map(m: MapSpec) -> int:
     attr = ct.create_string_buffer(ATTR_SIZE)
     for off, v in ((0, m.type), (4, m.key_size), (8, m.value_size), (12, m.max_entries),
@@ -238,15 +234,14 @@ def create_map(m: MapSpec) -> int:
         ct.c_uint32.from_buffer(attr, off).value = v
     name = m.name.encode()[:15]
     ct.memmove(ct.addressof(attr) + 28, name, len(name))
-    fd = _bpf(BPF_MAP_CREATE, attr)
-    if fd < 0:
-        err = ct.get_errno()
-        if err == 1:
+    try:
+        return bpfsys.bpf_call(BPF_MAP_CREATE, attr)
+    except OSError as e:
+        if e.errno == errno.EPERM:
             raise PermissionDenied(f"creating BPF map {m.name} was refused",
-                                   hint="needs root or CAP_BPF")
-        raise KernelSupportError(f"cannot create BPF map {m.name}: {os.strerror(err)}",
-                                 hint="run `gmpmon doctor`")
-    return fd
+                                   hint="needs root or CAP_BPF") from None
+        raise KernelSupportError(f"cannot create BPF map {m.name}: {os.strerror(e.errno or 0)}",
+                                 hint="run `gmpmon doctor`") from None
 
 
 def load_prog(name: str, insns: bytes, prog_type: int, license: bytes,
@@ -262,23 +257,24 @@ def load_prog(name: str, insns: bytes, prog_type: int, license: bytes,
     ct.memmove(ct.addressof(attr) + 48, pname, len(pname))
     if attach_type >= 0:
         ct.c_uint32.from_buffer(attr, 68).value = attach_type
-    fd = _bpf(BPF_PROG_LOAD, attr)
-    if fd >= 0:
-        return fd
-    err = ct.get_errno()
-    if err == 1:
-        raise PermissionDenied(f"loading BPF program {name} was refused",
-                               hint="needs root or CAP_BPF+CAP_PERFMON")
+    try:
+        return bpfsys.bpf_call(BPF_PROG_LOAD, attr)
+    except OSError as e:
+        if e.errno == errno.EPERM:
+            raise PermissionDenied(f"loading BPF program {name} was refused",
+                                   hint="needs root or CAP_BPF+CAP_PERFMON") from None
+        err = e.errno or 0
     # Again with the verifier's log, for the one line that says why.
     log = ct.create_string_buffer(LOG_SIZE)
     ct.c_uint32.from_buffer(attr, 24).value = 1
     ct.c_uint32.from_buffer(attr, 28).value = LOG_SIZE
     ct.c_uint64.from_buffer(attr, 32).value = ct.addressof(log)
-    fd = _bpf(BPF_PROG_LOAD, attr)
-    if fd >= 0:
-        return fd
+    try:
+        return bpfsys.bpf_call(BPF_PROG_LOAD, attr)
+    except OSError as e:
+        err = e.errno or err
     lines = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
-    why = lines[-1] if lines else os.strerror(ct.get_errno() or err)
+    why = lines[-1] if lines else os.strerror(err)
     raise KernelSupportError(f"the kernel refused BPF program {name}: {why}",
                              hint="run `gmpmon doctor`")
 

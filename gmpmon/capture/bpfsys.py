@@ -33,6 +33,9 @@ def _bpf(cmd: int, attr: ct.Array[ct.c_char]) -> int:
     return r
 
 
+bpf_call = _bpf  # for the other raw users (gmpmon/capture/bpfobj.py)
+
+
 def link_uprobe_multi(prog_fd: int, path: str, offsets: list[int], cookies: list[int]) -> int:
     """One BPF_TRACE_UPROBE_MULTI link: every offset of ``path``, for every process."""
     n = len(offsets)
