@@ -112,6 +112,11 @@ class Capture:
         self.period_ns = period_ms * 1_000_000
         self.stop_on_exit = stop_on_exit
         self.defer_sampler = defer_sampler  # `run`: the target has not exec'd yet
+        # `run` of a PIE: where its code is mapped is known only after the exec, and the
+        # program runs meanwhile (its first mutex waits, go statements and CPU samples come
+        # before `set_load_bias` on a loaded machine). Until then nothing is symbolized: the
+        # uprobe records wait in _pending, the perf samples in their ring.
+        self._bias_wait = defer_sampler and info.pie
         self.plan: ProbePlan = plan_probes(info)
         self.stats = CaptureStats()
         self.prog: BpfProgram | None = None
@@ -217,8 +222,10 @@ class Capture:
         if bias != self.info.load_bias:
             self.info = dataclasses.replace(self.info, load_bias=bias, pid=self.pid)
             self.go_sites.rebind(self.info)
+            self.kernel.rebind(self.info)
         if self.prog is not None:
             self.prog.set_load_bias(bias)
+        self._bias_wait = False  # last: the reader thread may symbolize from here on
 
     def use_checked(self, info: BinaryInfo) -> None:
         """`run`: the BinaryInfo after the layout checks (gate_layout), once exec'd."""
@@ -353,7 +360,7 @@ class Capture:
                 if not self._alive():
                     self.target_exited = True
                 next_alive = t0 + 100_000_000
-            if release:
+            if release and not self._bias_wait:
                 self._release(t0 - REORDER_NS)
                 next_release = t0 + self.release_ns
             self.stats.polls += 1
@@ -439,7 +446,8 @@ class Capture:
     def _read_ring(self) -> None:
         if self.ring is not None:
             self.stats.records += self.ring.read(self._pending)
-        self.stats.records += self.kernel.poll(self._pending)
+        if not self._bias_wait:
+            self.stats.records += self.kernel.poll(self._pending)
 
     def _read_counters(self, now: int) -> None:
         assert self.prog is not None

@@ -108,6 +108,14 @@ class KernelSources:
             except Exception as e:
                 self.notes.append(f"tracepoints off: {_line(e)}")
 
+    def rebind(self, info: BinaryInfo) -> None:
+        """`run` of a PIE: its load bias, known after the exec (before the first poll)."""
+        self.info = info
+        if self.sampler is not None:
+            self.sampler.info = info
+        if self.tracepoints is not None:
+            self.tracepoints.info = info
+
     def poll(self, out: list[EventTuple]) -> int:
         if self.sampler is None:
             return 0
