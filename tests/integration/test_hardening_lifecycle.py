@@ -66,6 +66,19 @@ def best_rate(t: Target, n: int = 3, seconds: float = 0.8) -> tuple[float, float
     return max((t.rates(seconds) for _ in range(n)), key=lambda r: r[1])
 
 
+def rate_back_to(t: Target, bar: float, tries: int = 4) -> tuple[float, float]:
+    """best_rate until it reaches ``bar`` ops per CPU-second, at most ``tries`` times (~10 s):
+    the 2 CPUs may be hyperthreads of one core, and a neighbour's burst (the kernel freeing
+    the killed gmpmon's maps, the next test starting) slowed one whole best_rate by 20% in CI.
+    A leftover probe keeps every measurement at <= 0.67x."""
+    best = best_rate(t)
+    for _ in range(tries - 1):
+        if best[1] >= bar:
+            break
+        best = max(best, best_rate(t), key=lambda r: r[1])
+    return best
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -118,7 +131,7 @@ def test_sigkill_of_gmpmon_leaves_the_target_at_full_speed(mode: str, tmp_path: 
         size_at_kill = rec.stat().st_size
         sigkill(g)
         assert_nothing_left(t.pid, [g.pid], str(exe))
-        after = best_rate(t)
+        after = rate_back_to(t, SPEED_SLACK * before[1])
         print(f"{mode}: ops per target CPU-second before {before[1]:,.0f}, attached "
               f"{during[1]:,.0f}, after SIGKILL {after[1]:,.0f} (per wall second "
               f"{before[0]:,.0f} / {during[0]:,.0f} / {after[0]:,.0f})")
