@@ -70,45 +70,56 @@ class SpanIndex:
         self.stw: SortedKeyList = SortedKeyList(snap.stw_spans, key=_end2)
         self.swept = 0
 
-    @staticmethod
-    def _overlap(sl: SortedKeyList, a: int, b: int) -> list[tuple[int, int, int]]:
-        out: list[tuple[int, int, int]] = []
-        # Spans ending after a, in end order (one bisection, then a plain walk).
-        for s in sl.irange_key(min_key=a, inclusive=(False, True)):
-            start, end = (s.start, s.end) if isinstance(s, Span) else (s[0], s[1])
-            if start >= b:
-                break
-            state = int(s.state) if isinstance(s, Span) else int(_GCSTOP)
-            out.append((max(start, a), min(end, b), state))
-        return out
-
     def breakdown(self, a: int, b: int) -> dict[str, int]:
         """ns of [a, b) in each category: a sweep over the state changes of all Ps,
-        keeping how many Ps are in each state. ``self.swept`` counts the spans looked at."""
+        keeping how many Ps are in each state. ``self.swept`` counts the spans looked at.
+
+        Written for speed (the final snapshot of 64 Ps spent ~0.35 s here, past
+        --duration): one walk per P from a bisection, plain ints in the sort, the
+        category inlined."""
         changes: list[tuple[int, int, int]] = []  # (time, state, +1/-1); state -1 = STW
+        add = changes.append
         for sl in self.procs:
-            for s, e, st in self._overlap(sl, a, b):
-                changes.append((s, st, 1))
-                changes.append((e, st, -1))
-        for s, e, _st in self._overlap(self.stw, a, b):
-            changes.append((s, -1, 1))
-            changes.append((e, -1, -1))
+            # Spans ending after a, in end order (one bisection, then a plain walk).
+            for sp in sl.irange_key(min_key=a, inclusive=(False, True)):
+                start = sp.start
+                if start >= b:
+                    break
+                st = int(sp.state)
+                add((start if start > a else a, st, 1))
+                end = sp.end
+                add((end if end < b else b, st, -1))
+        for start, end in self.stw.irange_key(min_key=a, inclusive=(False, True)):
+            if start >= b:
+                break
+            add((start if start > a else a, -1, 1))
+            add((end if end < b else b, -1, -1))
         self.swept += len(changes) // 2
         changes.sort()
         nprocs = len(self.procs)
         count = [0] * 7  # index state + 1: 0 = STW, 1.. = PState values
-        out: dict[str, int] = {}
+        out = dict.fromkeys(ATTRIBUTION_CATEGORIES, 0)
+        stw_i, gc_i, idle_i, search_i, sys_i, run_i = (
+            0, _GCSTOP + 1, _IDLE + 1, _SEARCHING + 1, _SYSCALL + 1, _RUNNING + 1)
         t = a
         for when, st, d in changes:
             if when > t:
-                cat = _category_counts(count, nprocs)
-                out[cat] = out.get(cat, 0) + (when - t)
+                if count[stw_i] or count[gc_i]:
+                    out["stw"] += when - t
+                elif count[idle_i] or count[search_i]:
+                    out["idle"] += when - t
+                elif count[sys_i]:
+                    out["syscall"] += when - t
+                elif nprocs and count[run_i] >= nprocs:
+                    out["all_running"] += when - t
+                else:
+                    out["unknown"] += when - t
                 t = when
             count[st + 1] += d
         if b > t:
             cat = _category_counts(count, nprocs)
-            out[cat] = out.get(cat, 0) + (b - t)
-        return out
+            out[cat] += b - t
+        return {c: ns for c, ns in out.items() if ns}
 
 
 def _category_counts(count: list[int], nprocs: int) -> str:
