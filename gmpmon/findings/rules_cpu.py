@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
 import math
+import operator
 from typing import Any
 
 from gmpmon.findings import kernel_evidence as kev
@@ -224,17 +224,28 @@ def long_running(ctx: Context) -> Finding | None:
 
 def failed_searches(ctx: Context) -> tuple[int, int, int]:
     """(searches that ended idle, their ns, ns of P timeline looked at): a SEARCHING span
-    followed by IDLE is an M that looked for work, found none and gave its P up."""
+    followed by IDLE is an M that looked for work, found none and gave its P up.
+
+    Each P's states become a bytes string searched in C: the Python walk over every span
+    of every P was a sixth of a sample-mode snapshot's findings on net/http."""
     n = ns = covered = 0
     for p in ctx.snap.procs:
         tl = p.timeline
-        for a, b in itertools.pairwise(tl):
-            if a.state == PState.SEARCHING and b.state == PState.IDLE:
-                n += 1
-                ns += a.end - a.start
-        if tl:
-            covered += tl[-1].end - tl[0].start
+        if not tl:
+            continue
+        states = bytes(map(_STATE, tl))
+        i = states.find(_SEARCH_THEN_IDLE)
+        while i >= 0:
+            a = tl[i]
+            n += 1
+            ns += a.end - a.start
+            i = states.find(_SEARCH_THEN_IDLE, i + 1)
+        covered += tl[-1].end - tl[0].start
     return n, ns, covered
+
+
+_STATE = operator.attrgetter("state")
+_SEARCH_THEN_IDLE = bytes((PState.SEARCHING, PState.IDLE))
 
 
 def idle_spinning(ctx: Context) -> Finding | None:
