@@ -25,7 +25,8 @@ from sortedcontainers import SortedKeyList
 from gmpmon.model.findingtypes import ATTRIBUTION_CATEGORIES, Attribution
 from gmpmon.model.snapshot import PState, Snapshot, Span
 
-_RUNNING, _SEARCHING, _IDLE, _SYSCALL, _GCSTOP = (
+_UNKNOWN, _RUNNING, _SEARCHING, _IDLE, _SYSCALL, _GCSTOP = (
+    PState.UNKNOWN,
     PState.RUNNING,
     PState.SEARCHING,
     PState.IDLE,
@@ -95,6 +96,7 @@ class SpanIndex:
             add((start if start > a else a, -1, 1))
             add((end if end < b else b, -1, -1))
         self.swept += len(changes) // 2
+        add((b, int(_UNKNOWN), 0))  # closes the last piece, [last change, b), in the loop below
         changes.sort()
         nprocs = len(self.procs)
         count = [0] * 7  # index state + 1: 0 = STW, 1.. = PState values
@@ -116,22 +118,7 @@ class SpanIndex:
                     out["unknown"] += when - t
                 t = when
             count[st + 1] += d
-        if b > t:
-            cat = _category_counts(count, nprocs)
-            out[cat] += b - t
         return {c: ns for c, ns in out.items() if ns}
-
-
-def _category_counts(count: list[int], nprocs: int) -> str:
-    if count[0] > 0 or count[_GCSTOP + 1] > 0:
-        return "stw"
-    if count[_IDLE + 1] > 0 or count[_SEARCHING + 1] > 0:
-        return "idle"
-    if count[_SYSCALL + 1] > 0:
-        return "syscall"
-    if nprocs and count[_RUNNING + 1] >= nprocs:
-        return "all_running"
-    return "unknown"
 
 
 def attribute(
