@@ -25,15 +25,12 @@ BPF_STATS_RUN_TIME = 0
 ATTR_SIZE = 128
 
 
-def _bpf(cmd: int, attr: ct.Array[ct.c_char]) -> int:
+def bpf_call(cmd: int, attr: ct.Array[ct.c_char]) -> int:
     r = int(_libc.syscall(SYS_BPF, cmd, attr, ATTR_SIZE))
     if r < 0:
         err = ct.get_errno()
         raise OSError(err, f"bpf({cmd}): {os.strerror(err)}")
     return r
-
-
-bpf_call = _bpf  # for the other raw users (gmpmon/capture/bpfobj.py)
 
 
 def link_uprobe_multi(prog_fd: int, path: str, offsets: list[int], cookies: list[int]) -> int:
@@ -49,7 +46,7 @@ def link_uprobe_multi(prog_fd: int, path: str, offsets: list[int], cookies: list
     ct.c_uint64.from_buffer(attr, 24).value = ct.addressof(offs)
     ct.c_uint64.from_buffer(attr, 40).value = ct.addressof(cks)
     ct.c_uint32.from_buffer(attr, 48).value = n
-    return _bpf(BPF_LINK_CREATE, attr)
+    return bpf_call(BPF_LINK_CREATE, attr)
 
 
 def load_noop_prog() -> int:
@@ -63,7 +60,7 @@ def load_noop_prog() -> int:
     ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(insns)
     ct.c_uint64.from_buffer(attr, 16).value = ct.addressof(lic)
     ct.c_uint32.from_buffer(attr, 68).value = BPF_TRACE_UPROBE_MULTI  # expected_attach_type
-    return _bpf(BPF_PROG_LOAD, attr)
+    return bpf_call(BPF_PROG_LOAD, attr)
 
 
 def enable_run_time_stats() -> int:
@@ -71,7 +68,7 @@ def enable_run_time_stats() -> int:
     (reference counted, undone when the fd closes; no sysctl is changed)."""
     attr = ct.create_string_buffer(ATTR_SIZE)
     ct.c_uint32.from_buffer(attr, 0).value = BPF_STATS_RUN_TIME
-    return _bpf(BPF_ENABLE_STATS, attr)
+    return bpf_call(BPF_ENABLE_STATS, attr)
 
 
 def prog_run_stats(prog_fd: int) -> tuple[int, int] | None:
@@ -119,7 +116,7 @@ class PerCpuU64Array:
 
     def total(self, index: int) -> int:
         self._key.value = index
-        _bpf(BPF_MAP_LOOKUP_ELEM, self._attr)
+        bpf_call(BPF_MAP_LOOKUP_ELEM, self._attr)
         return int(sum(self._val))
 
     def totals(self, n: int) -> list[int]:
@@ -220,4 +217,4 @@ def array_set_u32(map_fd: int, index: int, value: int) -> None:
     ct.c_uint32.from_buffer(attr, 0).value = map_fd
     ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(key)
     ct.c_uint64.from_buffer(attr, 16).value = ct.addressof(val)
-    _bpf(BPF_MAP_UPDATE_ELEM, attr)
+    bpf_call(BPF_MAP_UPDATE_ELEM, attr)
