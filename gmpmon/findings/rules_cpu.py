@@ -222,6 +222,10 @@ def long_running(ctx: Context) -> Finding | None:
     )
 
 
+_STATE = operator.attrgetter("state")
+_SEARCH_THEN_IDLE = bytes((PState.SEARCHING, PState.IDLE))
+
+
 def failed_searches(ctx: Context) -> tuple[int, int, int]:
     """(searches that ended idle, their ns, ns of P timeline looked at): a SEARCHING span
     followed by IDLE is an M that looked for work, found none and gave its P up.
@@ -242,10 +246,6 @@ def failed_searches(ctx: Context) -> tuple[int, int, int]:
             i = states.find(_SEARCH_THEN_IDLE, i + 1)
         covered += tl[-1].end - tl[0].start
     return n, ns, covered
-
-
-_STATE = operator.attrgetter("state")
-_SEARCH_THEN_IDLE = bytes((PState.SEARCHING, PState.IDLE))
 
 
 def idle_spinning(ctx: Context) -> Finding | None:
