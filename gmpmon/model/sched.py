@@ -515,6 +515,12 @@ class Sched(Part):
         self.g_to(gg, K_PREEMPTED, G_RUNNABLE, ts)
         gg.ready_ts = ts
         gg.wake = WAKE_PREEMPTED if a0 else WAKE_GOSCHED
+        if not self.hot:
+            # Without hot probes no execute follows, and the preempted G's P runs the next
+            # one at once (the preempted G went to a run queue): the P stays as the P status
+            # reads have it. Ending its running span here made Go 1.19's sample mode (where
+            # preemption is a cold probe) read a third of a busy P's time as searching.
+            return
         self._leave_p(gg, p, ts)
 
     def on_stw_start(self, e: EventTuple) -> None:

@@ -63,9 +63,9 @@ def test_sample_mode_on_stripped_matches_the_default_build(tmp_path: Path, go: s
         s = r["summary"]
         assert s["target"]["gomaxprocs"] == PROCS, mode
         assert f"GOMAXPROCS={PROCS}," in r["start"], r["start"]
-        # Every P is busy for the whole capture: never idle. (Go 1.19 shows ~1/3 of it as
-        # "searching" in sample mode on both builds: its preemption event ends a P's running
-        # span until the next sample; the comparison below is what this test is about.)
+        # Every P is busy for the whole capture: never idle. (Go 1.19's preemption is a cold
+        # probe: it once ended a P's running span until the next P status read, a third of
+        # the time read as "searching"; a preempting P runs the next G at once.)
         assert len(s["procs"]) == PROCS
         for p in s["procs"]:
             assert p["idle_ns"] < 0.05 * (p["running_ns"] + p["idle_ns"] + p["spinning_ns"]), (
@@ -79,9 +79,8 @@ def test_sample_mode_on_stripped_matches_the_default_build(tmp_path: Path, go: s
         / sum(p["running_ns"] + p["idle_ns"] + p["spinning_ns"] for p in r["summary"]["procs"])
         for r in (d, b)
     ]
-    # 1.19's running/searching split moves by ~±0.1 from run to run (see above); elsewhere
-    # both builds read 0.99-1.0.
-    assert abs(run_frac[0] - run_frac[1]) < (0.2 if go == "1.19" else 0.05), run_frac
+    # Both builds read 0.99-1.0 on every version.
+    assert min(run_frac) > 0.95 and abs(run_frac[0] - run_frac[1]) < 0.05, run_frac
     assert abs(statistics.mean(d["queued"]) - statistics.mean(b["queued"])) <= 1.0, (
         d["queued"], b["queued"])
     # The runtime's own counters and the goroutine census (issue 11) read the same globals:

@@ -409,6 +409,24 @@ def test_default_mode_counts_only_inside_windows() -> None:
     assert s.global_runq == 4 and s.npidle == 1
 
 
+def test_a_preemption_without_hot_probes_leaves_the_p_running() -> None:
+    # Sample mode on Go 1.19, where preemption is a cold probe: the preempting P runs the
+    # next G at once; only the next P status read says what it runs. With hot probes an
+    # execute follows, and until then the P searches.
+    running = 1 | (2 << 8)
+    events = [
+        ev(0, Kind.P_SAMPLE, p=0, m=100, g=1, a0=running),
+        ev(100, Kind.PREEMPTED, p=0, m=100, g=1, a0=1),
+        ev(300, Kind.P_SAMPLE, p=0, m=100, g=2, a0=running),
+    ]
+    p0 = proc(run(events, mode="sample"), 0)
+    assert p0.running_ns == 300_000 and p0.spinning_ns == 0 and p0.goid == 2
+    full = run([ev(0, Kind.EXECUTE, p=0, m=100, g=1), *events[1:2],
+                ev(300, Kind.EXECUTE, p=0, m=100, g=2)])
+    p0 = proc(full, 0)
+    assert p0.running_ns == 100_000 and p0.spinning_ns == 200_000
+
+
 def test_default_mode_drops_hot_events_after_the_window_closes() -> None:
     # Capture announces WINDOW 0 and then detaches the hot probes one by one: for a while
     # readies and parks still arrive, executes no longer. They must not count, nor be illegal.
