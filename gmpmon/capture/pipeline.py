@@ -1,12 +1,18 @@
 """The bounded queue between the ring reader and the model, and what is dropped when full.
 
-Memory is bounded by design: the queue holds at most MAX_QUEUED_EVENTS events (~50 bytes of
-tuple each plus 7 ints, ~30 MB at the bound). When the model falls that far behind, the
-reader does not block (a blocked reader lets the kernel ring buffer overflow, and makes the
-end of a run wait for the backlog): it drops the per-event records of the batch at hand,
-keeps what aggregates and bookkeeping need (COUNTER deltas, WINDOW, COST, LOST, STW, mutex
-waits...), and says how many it dropped in a DROP event, so that the model forgets what the
-missing records would have changed and the summary counts them where they were dropped.
+Memory is bounded by design: the queue holds at most MAX_QUEUED_EVENTS events (~270 bytes
+each, tuple and ints, by tracemalloc: ~68 MB at the bound). 100,000 (~27 MB) was tried to
+bring the full-mode soak under 300 MB: full mode at 8 Ps then saw 67% of a 1-s phase's
+goroutine starts under CI's load, none lost in the kernel
+(test_many_ps_against_runtime_trace[8]): the queue's bound is what absorbs the model's
+stalls, so it stays at 250,000.
+
+When the model falls that far behind, the reader does not block (a blocked reader lets the
+kernel ring buffer overflow, and makes the end of a run wait for the backlog): it drops the
+per-event records of the batch at hand, keeps what aggregates and bookkeeping need (COUNTER
+deltas, WINDOW, COST, LOST, STW, mutex waits...), and says how many it dropped in a DROP
+event, so that the model forgets what the missing records would have changed and the
+summary counts them where they were dropped.
 """
 
 from __future__ import annotations
