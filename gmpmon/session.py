@@ -113,6 +113,7 @@ class LiveSession:
         self._latest: Snapshot | None = None
         # Snapshots 4 times a second (the TUI), or only when asked (``on_request``).
         self._on_request = False
+        self._light = False
         self._asked = False
         self._made = 0  # snapshots made by the model thread
         self._snap_cv = threading.Condition()
@@ -137,11 +138,14 @@ class LiveSession:
     def latest(self) -> Snapshot | None:
         return self._latest
 
-    def snapshots_on_request(self) -> None:
+    def snapshots_on_request(self, light: bool = False) -> None:
         """From now on the model thread makes a snapshot only when ``fresh()`` asks for one
         (the headless printer: once per --interval), not 4 times a second: on net/http a
-        snapshot with findings was a third of gmpmon's own CPU in sample mode."""
+        snapshot with findings was a third of gmpmon's own CPU in sample mode. ``light``:
+        those snapshots have no findings and no kernel views (Model.snapshot(light=True)),
+        all an interval line reads; close() still makes the full final one."""
         self._on_request = True
+        self._light = light
 
     @property
     def snapshots_made(self) -> int:
@@ -302,7 +306,8 @@ class LiveSession:
                     with self._snap_cv:
                         self._asked = False  # an ask from here on is for the next one
                     try:
-                        snap = snapshot_with_findings(self.model, self._closing)
+                        snap = (self.model.snapshot(light=True) if self._light
+                                else snapshot_with_findings(self.model, self._closing))
                     except Cancelled:  # close() began: the final snapshot is its own
                         continue
                     with self._snap_cv:

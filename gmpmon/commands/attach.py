@@ -265,7 +265,7 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
     sampler = state.input("sampler")
     if sampler is not None and sampler.state == FAILED and FAILED_PREFIX not in sampler.detail:
         print(f"gmpmon: no sampler ({sampler.detail}); probes only", file=sys.stderr)
-    session.snapshots_on_request()  # one per line, not 4 a second
+    session.snapshots_on_request(light=True)  # one per line, not 4 a second
     start = time.monotonic()
     deadline = start + args.duration if args.duration else None
     next_line = start + args.interval
@@ -572,7 +572,7 @@ def headless_many(sessions: list[LiveSession], args: argparse.Namespace,
     print(f"Tracing {len(sessions)} Go programs... Ctrl-C to end.", flush=True)
     print(interval_legend(args.interval, sessions[0].header.mode), flush=True)
     for s in sessions:
-        s.snapshots_on_request()
+        s.snapshots_on_request(light=True)
     start = time.monotonic()
     deadline = start + args.duration if args.duration else None
     next_line = start + args.interval

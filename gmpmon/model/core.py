@@ -336,12 +336,13 @@ class Model:
                 return (n1 - n0) * 1e9 / (t1 - t0)
         return 0.0
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, light: bool = False) -> Snapshot:
         """The parts' picture now, without findings: the findings engine sits above the
-        model and fills them in (gmpmon.findings.engine.snapshot_with_findings)."""
+        model and fills them in (gmpmon.findings.engine.snapshot_with_findings).
+        ``light``: without the costly parts' sections (the kernel views), for a line."""
         from gmpmon.model.view import build
 
-        return build(self)
+        return build(self, light)
 
 
 def _sorted_ts(ev: list[EventTuple]) -> bool:

@@ -86,6 +86,8 @@ class _Run:
 class KernelPart(Part):
     """Perf-event samples and kernel tracepoints (COUNTER tables 10-19)."""
 
+    costly = True  # the timelines and profiles: half of a snapshot's time on net/http
+
     @classmethod
     def for_model(cls, ctx: Context) -> KernelPart:
         return cls(ctx.stacks)

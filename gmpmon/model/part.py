@@ -54,6 +54,10 @@ WAKE_NAMES = {WAKE_CREATED: "created", WAKE_PREEMPTED: "preempted", WAKE_GOSCHED
 class Part:
     """Base of the model's parts (every method optional)."""
 
+    # Its section is left out of a light snapshot (Model.snapshot(light=True)): the headless
+    # interval line needs the P states, run queues and counts, not the kernel views.
+    costly = False
+
     def handlers(self) -> Iterable[tuple[int, Handler]]:
         return ()
 

@@ -59,13 +59,16 @@ _PSTATES = tuple(PState)
 _GSTATES = tuple(GState)
 
 
-def build(model: Modelled) -> Snapshot:
+def build(model: Modelled, light: bool = False) -> Snapshot:
+    """The Snapshot now; ``light``: without the sections of the parts marked ``costly``
+    (their fields keep their defaults)."""
     now = max(model.applied_ts, 0)
     start = max(model.first_ts, 0)
     at = View(now=now, start=start, cutoff=now - model.window_ns)
     fields: dict[str, Any] = {}
     for part in model.parts:
-        fields.update(part.section(at))
+        if not (light and part.costly):
+            fields.update(part.section(at))
     fields["procs"] = procs(model, at)
     fields["goroutines"] = goroutines(model)
     fields["sources"] = {c.name: c.source for part in model.parts for c in part.sources()}
