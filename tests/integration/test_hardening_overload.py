@@ -125,9 +125,11 @@ def test_starved_reader_drops_in_kernel_reports_lost_and_target_runs_on(tmp_path
     # The losses are marked in the stream where they happened (in-band LOST records, one
     # per CPU and gap), and the model picks up after each (its state machine resets there):
     # illegal transitions stay a small fraction of the losses. Measured 0-780 per ~1.2M
-    # losses with in-band marks, 605 per 818k when LOST came only at the next 100 ms poll.
+    # losses with in-band marks, 605 per 818k when LOST came only at the next 100 ms poll;
+    # on 2026-12-02 0-3,950 per ~1.8M (0.22%), the same at 6a3c0a4 and at 7c1d29c (3 runs
+    # each: 2822, 0, 2671 and 3366, 956, 2647), where 0.2% failed a rehearsal.
     assert marks > 0, ring
-    assert s["illegal_transitions"] <= 0.002 * lost + 50, (s["illegal_transitions"], lost)
+    assert s["illegal_transitions"] <= 0.004 * lost + 50, (s["illegal_transitions"], lost)
     # No latency spans the gap: the reader was stopped STOP_S, and the ring lost the middle
     # of many ready -> execute pairs. A model that kept a ready across the loss would count
     # a latency as long as the gap (the ping-pong's own are microseconds). The by-reason
