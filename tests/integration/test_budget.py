@@ -165,16 +165,21 @@ def test_duty_cycle_measured_by_the_probes_own_hits(tmp_path: Path) -> None:
         target.kill()
     # The full windows (not the first, 5 ms probe window), but the last: at the end a full
     # ring is counted and not decoded (CUT_AT_END), so its records may be missing.
-    full = [w for w in windows(rec) if w[2] >= window * 1e9]
+    every = windows(rec)
+    full = [w for w in every if w[2] >= window * 1e9]
     ws = full[:-1]
+    # A window whose plan the budget shortened (a loaded machine makes hits dearer) is not
+    # checked, but its records are its own: each window's records end where the next opens.
+    opens = [w[0] for w in every]
+    print("windows planned (ms):", [round(w[2] / 1e6, 1) for w in every])
     hot_ts = sorted(e[0] for b in read_recording(str(rec)) for e in b.events
                     if e[1] in hot_kinds and e[0] > 0)
     spans = []
-    for i, (opened, closed, planned, over) in enumerate(ws):
+    for opened, closed, planned, over in ws:
         assert over <= 50_000_000, (opened, closed, planned, over)
         lo = bisect.bisect_left(hot_ts, opened)
         # Every hot record up to the next window (or the end): none may come late.
-        hi = bisect.bisect_left(hot_ts, full[i + 1][0])
+        hi = bisect.bisect_left(hot_ts, opens[bisect.bisect_right(opens, opened)])
         assert hi > lo, "a window without hot records"
         spans.append((hot_ts[hi - 1] - hot_ts[lo], planned, over))
     print("window spans by hot records vs plan, overstay (ms):",
