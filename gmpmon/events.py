@@ -446,3 +446,5 @@ class Header:
     duty_window_ms: int = 0  # default mode: hot probes attached for this long ...
     duty_period_ms: int = 0  # ... in every period; 0 when not duty-cycled
     features: tuple[str, ...] = ()  # which probes were available (e.g. "mutex", "steal")
+    # The perf-event sampler's rate per CPU (--sample-hz); recordings made before it: 999.
+    sample_hz: int = 999

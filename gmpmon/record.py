@@ -192,7 +192,7 @@ def header_from_json(raw: bytes) -> tuple[Header, dict[str, Any]]:
     ):
         if not isinstance(kw.get(need), typ):
             raise ValueError(f"header field {need} missing or of the wrong type")
-    for name in ("duty_window_ms", "duty_period_ms"):
+    for name in ("duty_window_ms", "duty_period_ms", "sample_hz"):
         if name in kw and not isinstance(kw[name], int):
             raise ValueError(f"header field {name} is not an integer")
     extra = d.get("extra", {})

@@ -11,7 +11,7 @@ from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.findings.render import text_lines as findings_text
 from gmpmon.fmt import fmt_ns
 from gmpmon.model.hist import pow2_counts, upper_edge
-from gmpmon.model.kernel import LONG_RUN_NS
+from gmpmon.model.kernel import long_run_ns
 from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import RuntimeView
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
@@ -371,7 +371,8 @@ def kernel_text(k: KernelView, *, top: int = 5) -> list[str]:
                 lines.append(f"  G{g.goid:<8} {fmt_ns(g.cpu_ns):>9}  {g.function}"[:79])
             if k.long_running:
                 lines.append(f"Long-running goroutines (same G on a P >= "
-                             f"{fmt_ns(LONG_RUN_NS)}, samples): {k.long_runs_total}")
+                             f"{fmt_ns(long_run_ns(k.samples.period_ns))}, samples): "
+                             f"{k.long_runs_total}")
                 for r in k.long_running[:top]:
                     more = " (running)" if r.ongoing else ""
                     lines.append(f"  G{r.goid:<8} P{r.p} {fmt_ns(r.duration_ns):>9}  "

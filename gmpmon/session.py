@@ -18,6 +18,7 @@ from gmpmon import priority
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.capture import Capture
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL
+from gmpmon.capture.perfsample import SAMPLE_HZ
 from gmpmon.capture.pipeline import thin
 from gmpmon.capture.sampler import gate_layout, read_gomaxprocs
 from gmpmon.capture.triggers import TriggerSpec
@@ -66,6 +67,7 @@ def make_header(info: BinaryInfo, pid: int, capture: Capture, gomaxprocs: int) -
         duty_window_ms=capture.window_ns // 1_000_000 if default else 0,
         duty_period_ms=capture.period_ns // 1_000_000 if default else 0,
         features=capture.features,
+        sample_hz=capture.kernel.sample_hz,
     )
 
 
@@ -91,6 +93,7 @@ class LiveSession:
         before_exec: bool = False,
         census_s: float = 1.0,
         kernel: tuple[str, ...] = DEFAULT_KERNEL,
+        sample_hz: int = SAMPLE_HZ,
     ) -> None:
         self.info = info
         self.pid = pid
@@ -98,7 +101,7 @@ class LiveSession:
             info, pid, mode=mode, window_ms=window_ms, period_ms=period_ms,
             defer_sampler=before_exec, census_s=census_s, budget_pct=budget_pct,
             triggers=triggers, burst_ms=burst_ms,
-            kernel=kernel,
+            kernel=kernel, sample_hz=sample_hz,
         )
         self.header = make_header(
             info, pid, self.capture, gomaxprocs or read_gomaxprocs(info, pid)

@@ -1,10 +1,10 @@
 """Pure renderers for what the kernel sources saw (``Snapshot.kernel``): the sampled per-P
 timeline's source line, the Ms (OS threads) table, syscalls per P and the on-CPU goroutines.
 
-Each panel says its source first: "perf samples" (1 kHz cpu-clock samples: statistical, one
-sample stands for ~1 ms of CPU), "tracepoints" (sched_switch/sched_wakeup, sys_enter/sys_exit:
-exact counts and times) or "runtime counters" (the runtime's own ticks, read from its memory);
-and when a source was off, how to turn it on.
+Each panel says its source first: "perf samples" (cpu-clock samples, 99 Hz by default:
+statistical, one sample stands for one sampling period of CPU), "tracepoints"
+(sched_switch/sched_wakeup, sys_enter/sys_exit: exact counts and times) or "runtime counters"
+(the runtime's own ticks, read from its memory); and when a source was off, how to turn it on.
 """
 
 from __future__ import annotations
@@ -72,21 +72,21 @@ def timeline_source(snap: Snapshot) -> Text:
         if k is not None and samples_ran(k):
             out.append(f"timeline sampled ({sample_hz(k)} {SAMPLE_SOURCE}): running and "
                        f"searching where a sample saw the P's M on a CPU; idle, syscall, GC "
-                       f"stop from 100 Hz P status reads; blank: neither (the P's M off a "
+                       f"stop from 50 Hz P status reads; blank: neither (the P's M off a "
                        f"CPU, e.g. in the kernel's run queue, or it ran < 1 ms)")
         else:
             why = k.samples.off if k is not None and k.samples.off else \
                 "perf samples off (--kernel none)"
-            out.append(f"timeline sampled (100 Hz P status reads of the runtime's memory); "
+            out.append(f"timeline sampled (50 Hz P status reads of the runtime's memory); "
                        f"{why}")
     elif snap.window == "windows":
         out.append(f"timeline: probe events inside default mode's windows ({WINDOW_MARK} on "
                    f"the probes line); between them sampled: ")
         if k is not None and samples_ran(k):
             out.append(f"running/searching from {sample_hz(k)} {SAMPLE_SOURCE}, idle/syscall/"
-                       f"GC from 100 Hz P status reads, blank: neither")
+                       f"GC from 50 Hz P status reads, blank: neither")
         else:
-            out.append("100 Hz P status reads")
+            out.append("50 Hz P status reads")
     else:
         out.append("timeline: probe events (every transition)")
     return out

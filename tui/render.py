@@ -170,7 +170,7 @@ def timeline_cells(
     return cells
 
 
-# What the 100 Hz P status reads may say in a sampled cell where no perf sample fell: the
+# What the 50 Hz P status reads may say in a sampled cell where no perf sample fell: the
 # states in which a P's M is not running Go code (a "running" read with no CPU sample means
 # the M was off CPU, or ran less than a sample period: not observed).
 _OFF_CPU_STATES = frozenset({PState.IDLE, PState.SYSCALL, PState.GCSTOP})

@@ -1,10 +1,10 @@
 """Capture: probes + sampler of one target -> timestamp-ordered Batches of events.
 
-One reader thread polls everything every ~10 ms: the ring buffer (by mmap, in bulk), the
-sampler (100 Hz, sample/default modes), the in-kernel counters (as COUNTER deltas, so that a
-replayed recording adds up to the same numbers), lost records, and the duty cycle of the hot
-probes in default mode (WINDOW events). Events are merged into timestamp order through a
-small reorder window and handed out as Batches through a queue.
+One reader thread polls everything every ~10 ms (20 ms in sample mode): the ring buffer (by
+mmap, in bulk), the sampler (50 Hz, sample/default modes), the in-kernel counters (as COUNTER
+deltas, so that a replayed recording adds up to the same numbers), lost records, and the duty
+cycle of the hot probes in default mode (WINDOW events). Events are merged into timestamp
+order through a small reorder window and handed out as Batches through a queue.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
+from gmpmon.capture.perfsample import SAMPLE_HZ
 from gmpmon.capture.pipeline import BatchQueue
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
@@ -55,17 +56,24 @@ from gmpmon.priority import name_thread
 
 MODES = ("sample", "default", "full")
 POLL_S = 0.010
-SAMPLE_NS = 10_000_000  # 100 Hz
+# The memory sampler's P status reads: 50 Hz. A read of 2 Ps is ~30 µs of the capture thread
+# and each wakeup of it ~20-30 µs on this VM; at 100 Hz the two were a third of gmpmon's CPU
+# in sample mode on an idle target. The on-CPU picture is the perf sampler's (99 Hz by default).
+SAMPLE_NS = 20_000_000
 COUNTER_NS = 100_000_000
+# Sample mode's in-kernel counters (cold probes, sampler outcomes, cgroup) change slowly: a
+# read of them all is ~300 µs of the capture thread on a loaded machine.
+COUNTER_SAMPLE_NS = 200_000_000
 # Records of different CPUs reach the ring buffer a few µs out of timestamp order; a record
 # is released once it is this much older than the newest poll.
 REORDER_NS = 3_000_000
 # Sample mode hands the model a batch every 50 ms, not every poll: its ~25 records per poll
 # made the model thread wake, take the GIL, feed, record and wait again 100 times a second
 # (a handoff cost a few % of gmpmon's CPU for nothing: the model orders by timestamp and a
-# snapshot is taken every 250 ms). Modes with hot probes, and triggers (they watch the
-# released records), keep releasing at every poll. The rings are read when a batch is
-# released.
+# snapshot is taken every 250 ms). Default mode does the same when its windows are timed by
+# the controller process (hotctl); full mode, the in-thread duty cycle and triggers (they
+# watch the released records) keep releasing at every 10-ms poll. The rings are read when a
+# batch is released.
 RELEASE_SAMPLE_NS = 50_000_000
 U64 = (1 << 64) - 1
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
@@ -102,6 +110,7 @@ class Capture:
         triggers: Sequence[TriggerSpec] = (),
         burst_ms: float = 500.0,
         kernel: tuple[str, ...] = DEFAULT_KERNEL,
+        sample_hz: int = SAMPLE_HZ,
     ) -> None:
         if mode not in MODES:
             raise CaptureError(f"unknown mode {mode!r}")
@@ -147,9 +156,12 @@ class Capture:
         self._inband_lost = 0  # ring losses reported by in-band LOST marks (and the rest)
         self.flight = Flight(list(triggers), burst_ms) if triggers else None
         self.release_ns = RELEASE_SAMPLE_NS if mode == "sample" and not self.flight else 0
+        self.counter_ns = COUNTER_SAMPLE_NS if mode == "sample" else COUNTER_NS
+        # Sample mode without triggers has nothing due between two P status reads.
+        self.poll_s = SAMPLE_NS / 1e9 if self.release_ns else POLL_S
         self._error: BaseException | None = None
         self.cgroup = CgroupCpuReader(pid)  # CGROUP_CPU events, every mode (findings)
-        self.kernel = KernelSources(info, pid, kernel)  # perf samples, raw tracepoints
+        self.kernel = KernelSources(info, pid, kernel, sample_hz)  # perf samples, tracepoints
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -169,6 +181,12 @@ class Capture:
         release_freed_memory()  # the compiler's ~100 MB of freed heap back to the system
         self.prog.set_load_bias(self.info.load_bias)
         self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
+        # Everything is compiled before anything is attached: a compile (seconds on a cache
+        # miss) between the probes' first records and the sampler's first P states starts
+        # the capture that much earlier, every P in whatever state a probe left it (a 2-s
+        # capture of Go 1.19 read 4 s, half of it "searching"). The probes attach first:
+        # where they cannot, that is the one error said.
+        self.kernel.compile()
         try:
             self.prog.attach("cold", self.plan.cold)
             if self.mode == "full":
@@ -177,7 +195,7 @@ class Capture:
         except BaseException:
             self.close()
             raise
-        self.kernel.start()
+        self.kernel.attach()
         if not self.defer_sampler:
             self.start_sampler()
 
@@ -314,7 +332,7 @@ class Capture:
         assert self.prog is not None
         now = time.monotonic_ns()
         next_sample = now
-        next_counters = now + COUNTER_NS
+        next_counters = now + self.counter_ns
         next_alive = now
         cycle_start = now
         next_release = now
@@ -323,6 +341,12 @@ class Capture:
                                        self.window_ns, self.period_ns)
             if self.hotctl is None:
                 self._hot_attach()
+            elif not self.flight:
+                # The controller times the windows in its own process and stamps its facts:
+                # nothing here is due every 10 ms. A window's records (~30k/s on net/http) sit
+                # in the 16 MiB ring until the next release, as sample mode's do.
+                self.release_ns = RELEASE_SAMPLE_NS
+                self.poll_s = SAMPLE_NS / 1e9
         cpu0 = time.thread_time()
         while not self._stop.is_set():
             t0 = time.monotonic_ns()
@@ -355,7 +379,7 @@ class Capture:
                 self._read_counters(t0)
                 # Many Ps make the counter map big (per-P latency buckets, the steal matrix):
                 # reading it may not take more than a tenth of the reader's time.
-                next_counters = t0 + max(COUNTER_NS, 10 * (time.monotonic_ns() - t0))
+                next_counters = t0 + max(self.counter_ns, 10 * (time.monotonic_ns() - t0))
             if t0 >= next_alive:
                 if not self._alive():
                     self.target_exited = True
@@ -366,7 +390,7 @@ class Capture:
             self.stats.polls += 1
             if self.target_exited and self.stop_on_exit:
                 break
-            time.sleep(POLL_S)
+            time.sleep(self.poll_s)
 
     def _alive(self) -> bool:
         """Still the process we attached to. An exec'd target counts as gone: the probes

@@ -16,7 +16,7 @@ from typing import Any
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.kernelbpf import CounterReader, compile_program
-from gmpmon.capture.perfsample import PerfSampler
+from gmpmon.capture.perfsample import SAMPLE_HZ, PerfSampler
 from gmpmon.capture.tracepoints import Tracepoints
 from gmpmon.errors import GmpmonError
 from gmpmon.events import EventTuple
@@ -43,16 +43,19 @@ def parse_kernel(text: str) -> tuple[str, ...]:
 
 
 class KernelSources:
-    def __init__(self, info: BinaryInfo, pid: int, which: tuple[str, ...]) -> None:
+    def __init__(self, info: BinaryInfo, pid: int, which: tuple[str, ...],
+                 sample_hz: int = SAMPLE_HZ) -> None:
         self.info = info
         self.pid = pid
         self.which = which
+        self.sample_hz = sample_hz
         self.sampler: PerfSampler | None = None
         self.tracepoints: Tracepoints | None = None
         self.notes: list[str] = []  # one line per source left out or turned off
         self.stacks: dict[int, tuple[str, ...]] = {}  # new sample stacks, for the next Batch
         self.bpf: Any = None  # samples.bpf.c + tracepoints.bpf.c: one object for both
         self.counters: CounterReader | None = None
+        self._made: tuple[PerfSampler | None, Tracepoints | None, tuple[str, ...]] | None = None
 
     @property
     def active(self) -> tuple[str, ...]:
@@ -64,8 +67,13 @@ class KernelSources:
         return tuple(out)
 
     def start(self) -> None:
-        """Compile what was asked for as one object, then attach each source; one that
-        fails is left out with a line in ``notes``."""
+        """compile() and attach() at once (scripts/bench-kernel)."""
+        self.compile()
+        self.attach()
+
+    def compile(self) -> None:
+        """Compile what was asked for as one object (``attach`` then attaches each source);
+        one that fails is left out with a line in ``notes``."""
         groups = tuple(g for g in ("sched", "syscalls") if g in self.which)
         want_samples = "samples" in self.which
         if not (want_samples or groups):
@@ -75,7 +83,7 @@ class KernelSources:
         sampler = tps = None
         try:
             if want_samples:
-                sampler = PerfSampler(self.info, self.pid)
+                sampler = PerfSampler(self.info, self.pid, hz=self.sample_hz)
                 defs.update(sampler.defs)
                 srcs.append("samples.bpf.c")
         except GmpmonError as e:
@@ -95,6 +103,15 @@ class KernelSources:
             self.notes.append(f"kernel sources off: {_line(e)}")
             return
         self.counters = CounterReader(self.bpf)
+        self._made = (sampler, tps, groups)
+
+    def attach(self) -> None:
+        """Attach what ``compile`` made; one that fails is left out with a line in
+        ``notes``."""
+        if self._made is None:
+            return
+        sampler, tps, groups = self._made
+        self._made = None
         if sampler is not None:
             try:
                 sampler.start(self.bpf)

@@ -3,7 +3,7 @@
 ``allp`` (a slice: ptr, len, cap) gives every P: status, runqhead/tail/runnext, schedtick and
 its M; the M gives its TID (procid) and current G; the G its goid and status. ``runtime.sched``
 gives npidle, nmspinning and the global runq length. Each read is a pread of
-/proc/PID/mem: a few syscalls per P, cheap at 100 Hz, and the target never stops.
+/proc/PID/mem: a few syscalls per P, cheap at 50 Hz, and the target never stops.
 
 The reads are racy (the target keeps running): a P's fields may be from slightly different
 instants. That is fine for a sampled picture; nothing here is used for exact counts.

@@ -19,6 +19,7 @@ from gmpmon import priority
 from gmpmon.binary.validate import FAILED_PREFIX
 from gmpmon.capture.capture import MODES
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, parse_kernel
+from gmpmon.capture.perfsample import SAMPLE_HZ
 from gmpmon.capture.targetmem import running
 from gmpmon.capture.triggers import parse_trigger
 from gmpmon.errors import CaptureError, GmpmonError, TargetError, UsageError
@@ -49,7 +50,7 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
         "--mode",
         choices=MODES,
         default="default",
-        help="sample: read scheduler state at 100 Hz + cold probes; default: sample + hot "
+        help="sample: read scheduler state at 50 Hz + cold probes; default: sample + hot "
         "probes in duty-cycled windows; full: every probe all the time (default: %(default)s)",
     )
     p.add_argument("-d", "--duration", type=float, metavar="S", help="stop after S seconds")
@@ -85,11 +86,17 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                    "before it (open with `gmpmon replay`)")
     p.add_argument(
         "--kernel", type=_kernel_arg, default=DEFAULT_KERNEL, metavar="LIST",
-        help="kernel sources, comma-separated: samples (perf-event samples at 1 kHz/CPU: "
+        help="kernel sources, comma-separated: samples (perf-event samples, --sample-hz: "
         "which G runs on which P, CPU profile), sched (sched_switch/wakeup tracepoints: M "
         "on-CPU time, kernel run-queue delay), syscalls (sys_enter/exit: syscalls per P/G/M; "
         "opt-in, it costs every syscall), default, none (default: "
         f"{','.join(DEFAULT_KERNEL)})",
+    )
+    p.add_argument(
+        "--sample-hz", type=int, default=SAMPLE_HZ, metavar="HZ",
+        help="perf-event samples per second on each CPU (1-1000; default: %(default)s). Each "
+        "is a timer interrupt in whatever runs: 999 cost net/http ~10%% of its requests per "
+        "CPU-second on a 2-CPU VM (docs/modes.md); raise it for short captures",
     )
     p.add_argument("--window-ms", type=int, default=200, help=argparse.SUPPRESS)
     p.add_argument("--period-ms", type=int, default=1000, help=argparse.SUPPRESS)
@@ -133,6 +140,8 @@ def check_capture_args(args: argparse.Namespace) -> None:
         raise UsageError("--burst must be positive")
     if args.dump_dir is not None and not os.path.isdir(args.dump_dir):
         raise UsageError(f"--dump-dir {args.dump_dir}: not a directory")
+    if not (1 <= args.sample_hz <= 1000):
+        raise UsageError("--sample-hz must be in 1..1000")
     if not (0 < args.window_ms <= args.period_ms):
         raise UsageError("need 0 < --window-ms <= --period-ms")
     for path in (args.record, args.summary_json, args.folded):
@@ -159,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
             budget_pct=args.budget, record=args.record, census_s=args.census_interval,
             triggers=args.trigger_specs, burst_ms=args.burst, dump_dir=args.dump_dir,
-            kernel=args.kernel,
+            kernel=args.kernel, sample_hz=args.sample_hz,
         )
     with stop_signals() as stop, usr1_triggers(session):
         try:
@@ -487,7 +496,8 @@ def run_many(args: argparse.Namespace, pids: list[int]) -> int:
                             info, pid, mode=args.mode, window_ms=args.window_ms,
                             period_ms=args.period_ms, budget_pct=args.budget,
                             record=per_target(args.record, pid),
-                            census_s=args.census_interval,
+                            census_s=args.census_interval, kernel=args.kernel,
+                            sample_hz=args.sample_hz,
                         )
                         try:
                             s.start()

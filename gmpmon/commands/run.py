@@ -99,9 +99,16 @@ def run(args: argparse.Namespace) -> int:
     if exe is None:
         raise TargetError(f"{cmd[0]}: command not found")
     exe = os.path.abspath(exe)
-    from gmpmon.binary import load
+    from gmpmon.binary.elf import Elf
+    from gmpmon.binary.load import load_elf, read_file
+    from gmpmon.binary.target import load_segments, pie_bias
 
-    info = load(exe)
+    data = read_file(exe)  # read once: the BinaryInfo, and a PIE's PT_LOAD segments
+    info = load_elf(data, exe)
+    # The segments before the child goes: a short program (spawn -n 500) could exit while
+    # the whole binary was read after its exec, and /proc/PID/maps then has no bias.
+    segments = load_segments(Elf(data, exe)) if info.pie else None
+    del data
     pid, go_fd, exec_fd = spawn_stopped([exe, *cmd[1:]])
     released = False
     try:
@@ -110,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             budget_pct=args.budget, record=args.record, gomaxprocs=_gomaxprocs_for_child(),
             before_exec=True, census_s=args.census_interval,
             triggers=args.trigger_specs, burst_ms=args.burst, dump_dir=args.dump_dir,
-            kernel=args.kernel,
+            kernel=args.kernel, sample_hz=args.sample_hz,
         )
         with stop_signals() as stop, usr1_triggers(session):
             try:
@@ -122,13 +129,7 @@ def run(args: argparse.Namespace) -> int:
                 err = os.read(exec_fd, 4096)
                 if err:
                     raise TargetError(f"{cmd[0]}: {err.decode(errors='replace')}")
-                bias = None
-                if info.pie:
-                    from gmpmon.binary.elf import Elf
-                    from gmpmon.binary.load import read_file
-                    from gmpmon.binary.target import load_bias
-
-                    bias = load_bias(pid, Elf(read_file(exe), exe), exe)
+                bias = pie_bias(pid, segments, exe) if segments is not None else None
                 checked = session.target_started(bias)
                 if "layout" in checked.missing_optional:  # said once; the readers stay quiet
                     print(f"gmpmon: {checked.missing_optional['layout']}", file=sys.stderr)

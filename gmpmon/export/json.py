@@ -17,7 +17,7 @@ from typing import Any
 from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.export.base import Exporter
 from gmpmon.model.findingtypes import ATTRIBUTION_CATEGORIES, Attribution
-from gmpmon.model.kernel import LONG_RUN_NS
+from gmpmon.model.kernel import long_run_ns
 from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, Snapshot
@@ -55,7 +55,7 @@ def block_sources(snap: Snapshot) -> dict[str, str]:
         snap.mode, "probes (cold only)" if snap.mode == "sample" else "probes"
     )
     out = {b: probes for b in _PROBE_BLOCKS}
-    out["procs"] = "memory samples (100 Hz)" if snap.window == "sampled" else probes
+    out["procs"] = "memory samples (50 Hz)" if snap.window == "sampled" else probes
     out["gc_stw"] = "probes (cold)"
     if snap.runtime is not None:
         out["runtime"] = snap.runtime.source
@@ -282,7 +282,8 @@ def kernel_summary(k: KernelView, *, top: int = 10) -> dict[str, Any]:
             {"goid": g.goid, "samples": g.samples, "cpu_ns": g.cpu_ns, "function": g.function,
              "procs": list(g.procs)} for g in k.cpu_by_goroutine[:top]]}
         out["long_running"] = {
-            "source": "samples", "threshold_ns": LONG_RUN_NS, "count": k.long_runs_total,
+            "source": "samples", "threshold_ns": long_run_ns(k.samples.period_ns),
+            "count": k.long_runs_total,
             "top": [
                 {"goid": r.goid, "p": r.p, "duration_ns": r.duration_ns, "samples": r.samples,
                  "function": r.function, "stack": list(r.stack), "ongoing": r.ongoing}

@@ -48,6 +48,10 @@ class Thresholds:
     spin_busy: float = 0.30  # ... and this share of the Ps' busy (running + searching) time
     spin_sample_share: float = 0.30  # sample mode: SCHED samples with nmspinning > 0
     spin_min_samples: int = 100
+    # ... or CPU samples in findRunnable worth this much CPU time (100 samples at 999 Hz),
+    # and at least spin_min_cpu_samples of them (10 at the default 99 Hz is too few)
+    spin_min_sampled_ns: int = 100_000_000
+    spin_min_cpu_samples: int = 20
     runq_limit: int = 256  # runq-overflow: len(p.runq)
     global_runq: int = 256
     locked_min: int = 10  # cgo-pinning: hand-offs by locked Ms ...

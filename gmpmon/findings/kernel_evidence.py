@@ -1,4 +1,4 @@
-"""Evidence from the kernel sources (Snapshot.kernel: 1 kHz perf samples with user stacks,
+"""Evidence from the kernel sources (Snapshot.kernel: perf samples with user stacks,
 tracepoints for syscalls): the function and stack of a goroutine, syscalls by name, samples
 outside Go code. Trap-free, every mode; all of it is sampled except the syscall counts.
 

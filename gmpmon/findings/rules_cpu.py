@@ -145,7 +145,7 @@ def long_running(ctx: Context) -> Finding | None:
     by_g = dict(inp.long_by_goid)
     count = inp.long_run_count
     if not runs and kern is not None and kern.long_running:
-        # The perf sampler saw them (same G on the same P across 1 kHz samples).
+        # The perf sampler saw them (same G on the same P across consecutive perf samples).
         runs = tuple(LongRun(r.goid, r.p, r.start, r.end - r.start, True)
                      for r in kern.long_running)
         count = max(kern.long_runs_total, len(runs))
@@ -266,7 +266,9 @@ def idle_spinning(ctx: Context) -> Finding | None:
     k_search, k_run, k_period = kev.search_samples(snap.kernel)
     k_cpu = k_search * k_period / ctx.duration_ns if ctx.duration_ns else 0.0
     k_share = k_search / (k_search + k_run) if k_search + k_run else 0.0
-    k_hit = k_search >= th.spin_min_samples and k_cpu >= th.spin_cpu and k_share >= th.spin_busy
+    k_enough = (k_search >= th.spin_min_cpu_samples
+                and k_search * k_period >= th.spin_min_sampled_ns)
+    k_hit = k_enough and k_cpu >= th.spin_cpu and k_share >= th.spin_busy
     if not (ev_hit or sample_hit or k_hit):
         return None
     st = snap.steals

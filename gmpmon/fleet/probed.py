@@ -76,7 +76,7 @@ class ProbedWatch:
         self._snap = s.latest()
 
     def sample_ps(self, now: int) -> None:
-        """No separate P sampling: the capture's own sampler runs at 100 Hz."""
+        """No separate P sampling: the capture's own sampler runs at 50 Hz."""
 
     def finding_labels(self) -> tuple[tuple[str, str], ...] | None:
         if self._snap is None:

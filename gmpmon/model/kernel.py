@@ -6,8 +6,9 @@ every COUNTER of a kernel table; ``view()`` builds the frozen answer.
 
 Samples (source "samples"): per P, consecutive samples of the same goroutine are merged into
 sampled spans (the per-P timeline) and into runs; a run of one G on one P whose first and last
-samples are LONG_RUN_NS or more apart, with no gap above GAP_NS between samples, is a
-long-running goroutine. Every sample also goes into the on-CPU profile, keyed by
+samples are LONG_RUN_NS (and 3 sampling periods) or more apart, with no gap above GAP_NS
+between samples (or 2.5 sampling periods at a lower --sample-hz: one missing sample does not
+split a run), is a long-running goroutine. Every sample also goes into the on-CPU profile, keyed by
 (stack, goid, P). Counters (source "tracepoints"): M times and switches, the kernel
 run-queue delay histogram, syscalls by (P, number, M) and by goroutine.
 
@@ -58,9 +59,17 @@ from gmpmon.model.validation import validation_failure
 from gmpmon.model.values import PState, Span
 from gmpmon.syscalls import syscall_name
 
-SAMPLE_HZ = 999  # capture's default (gmpmon/capture/perfsample.py)
+SAMPLE_HZ = 999  # recordings made before Header.sample_hz
 LONG_RUN_NS = 10_000_000
 GAP_NS = 5_000_000  # a larger gap between two samples of a P ends its run and its span
+
+
+def long_run_ns(period_ns: int) -> int:
+    """The shortest long run at this sampling period: two samples 10 ms apart at 99 Hz do not
+    say the G ran in between, so 3 periods (4 samples) as well as LONG_RUN_NS."""
+    return max(LONG_RUN_NS, 3 * period_ns)
+
+
 MAX_SPANS = 2048  # sampled spans kept per P
 MAX_PROFILE = 65536  # distinct profile keys; beyond, samples go to (0, 0, -1, SAMPLE_NOT_GO)
 MAX_GOROUTINES = 65536
@@ -90,7 +99,7 @@ class KernelPart(Part):
 
     @classmethod
     def for_model(cls, ctx: Context) -> KernelPart:
-        return cls(ctx.stacks)
+        return cls(ctx.stacks, ctx.header.sample_hz)
 
     def handlers(self) -> Iterable[tuple[int, Handler]]:
         return ((Kind.CPU_SAMPLE, self.on_sample), (Kind.SAMPLER_OFF, self.on_sampler_off))
@@ -104,6 +113,8 @@ class KernelPart(Part):
     def __init__(self, stacks: dict[int, tuple[str, ...]], hz: int = SAMPLE_HZ) -> None:
         self.stacks = stacks  # the model's stack table (Batch.stacks accumulate there)
         self.period_ns = 1_000_000_000 // max(hz, 1)
+        self.gap_ns = max(GAP_NS, self.period_ns * 5 // 2)
+        self.long_ns = long_run_ns(self.period_ns)
         self.records = 0
         self.by_outcome = [0, 0, 0, 0]  # from records
         self.ctr_outcome: dict[int, int] = {}  # from COUNTER SAMPLES (exact)
@@ -229,13 +240,13 @@ class KernelPart(Part):
             spans = self._spans[p] = deque(maxlen=MAX_SPANS)
             self._appended[p] = 0
         last = spans[-1] if spans else None
-        if last is not None and last[2] == goid and ts - last[1] + self.period_ns <= GAP_NS:
+        if last is not None and last[2] == goid and ts - last[1] + self.period_ns <= self.gap_ns:
             last[1] = ts + self.period_ns
         else:
             spans.append([ts, ts + self.period_ns, goid])
             self._appended[p] += 1
         run = self._runs.get(p)
-        if run is not None and run.goid == goid and goid and ts - run.last <= GAP_NS:
+        if run is not None and run.goid == goid and goid and ts - run.last <= self.gap_ns:
             run.last = ts
             run.n += 1
             run.stacks[sid] = run.stacks.get(sid, 0) + 1
@@ -248,7 +259,7 @@ class KernelPart(Part):
             self._runs.pop(p, None)
 
     def _close(self, p: int, run: _Run) -> None:
-        if run.last - run.start < LONG_RUN_NS:
+        if run.last - run.start < self.long_ns:
             return
         self.long_total += 1
         lr = self._long_run(p, run, ongoing=False)
@@ -361,7 +372,7 @@ class KernelPart(Part):
         timeline = {p: self._timeline(p, spans, now) for p, spans in sorted(self._spans.items())}
         longs = [lr for _d, _s, lr in self._long]
         longs += [self._long_run(p, r, ongoing=True) for p, r in self._runs.items()
-                  if r.last - r.start >= LONG_RUN_NS]
+                  if r.last - r.start >= self.long_ns]
         longs.sort(key=lambda r: (-r.duration_ns, r.start, r.p))
         if self._moved:
             self._rows_view = self._profile_rows()

@@ -1,9 +1,9 @@
 """What the kernel sources tell (perf-event samples, raw tracepoints), as plain frozen data.
 
 ``Snapshot.kernel`` holds one :class:`KernelView` (None when neither source ran). Every block
-names its source in ``KernelView.sources``: "samples" (1 kHz cpu-clock samples: statistical,
-a sample stands for ``SampleStats.period_ns`` of CPU) or "tracepoints" (exact counts and
-times from sched_switch/sched_wakeup and sys_enter/sys_exit).
+names its source in ``KernelView.sources``: "samples" (cpu-clock samples, 99 Hz by default:
+statistical, a sample stands for ``SampleStats.period_ns`` of CPU) or "tracepoints" (exact
+counts and times from sched_switch/sched_wakeup and sys_enter/sys_exit).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def sample_cpuprof(tmp_path: Path, go: str, info_edit: Any = None) -> tuple[
     p, info = start(tmp_path, "cpuprof", go, "-t", "1500ms", "-garbage")
     if info_edit is not None:
         info = info_edit(info)
-    s = PerfSampler(info, p.pid)
+    s = PerfSampler(info, p.pid, hz=999)  # the per-sample checks want volume: 1.5 s at 999 Hz
     try:
         s.start()
         go_on(p)
@@ -374,6 +374,7 @@ def test_gmpmon_run_with_every_kernel_source_end_to_end(tmp_path: Path, build_mo
     logs = spinner_logs(p.stdout)
     k = s["kernel"]
     assert k["samples"]["source"] == "samples" and k["samples"]["go"] > 100
+    assert k["samples"]["period_ns"] == 1_000_000_000 // 99  # the default --sample-hz
     assert not k["samples"]["off"] and "perf samples off" not in p.stderr
     assert {g["goid"] for g in k["cpu_by_goroutine"]["top"][:3]} == set(logs)
     assert {g["function"] for g in k["cpu_by_goroutine"]["top"][:3]} == {"main.burn"}

@@ -237,7 +237,7 @@ def test_sample_mode_draws_the_sampled_timeline_and_the_ms_live(
 
     def sampled(t: str) -> bool:
         rows = _p_rows(t)
-        return ("sampled: " in t and "timeline sampled (1 kHz perf samples)" in t
+        return ("sampled: " in t and "timeline sampled (99 Hz perf samples)" in t
                 and bool(rows) and any(run.search(r[-30:]) for r in rows.values())
                 and re.search(r"run-queue delay p50 <?\d", t) is not None)
 

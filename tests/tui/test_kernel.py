@@ -65,7 +65,7 @@ async def test_sample_mode_strip_is_the_perf_samples_timeline() -> None:
     assert "timeline sampled (1 kHz perf samples)" in text
     checked, only_samples = check_sampled_cells(snap, text, cell_ns, width)
     assert checked > 20
-    # The 100 Hz P status reads alone would have left these cells without a run.
+    # The 50 Hz P status reads alone would have left these cells without a run.
     assert only_samples > 0
 
 
@@ -297,7 +297,7 @@ async def test_sampler_off_says_so_and_the_strip_falls_back_to_the_status_reads(
         text = screen_text(app)
         cell_ns, width = app.query_one(ProcTable).cell_ns, app.query_one(ProcTable).strip_width
     words = flat(text)
-    assert f"timeline sampled (100 Hz P status reads of the runtime's memory); {why}" in words
+    assert f"timeline sampled (50 Hz P status reads of the runtime's memory); {why}" in words
     assert why in text.split("on CPU: goroutines")[1]
     # The strip is the status reads': a run glyph wherever they say running.
     col = strip_column(text)

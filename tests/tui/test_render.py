@@ -68,7 +68,7 @@ def test_grid_reuses_finished_cells_and_matches_a_full_recompute() -> None:
 
 
 def test_sampled_cell_runs_where_samples_saw_a_cpu_else_the_off_cpu_status() -> None:
-    """Sample mode: perf samples (on CPU) first; the 100 Hz P status reads fill the rest only
+    """Sample mode: perf samples (on CPU) first; the 50 Hz P status reads fill the rest only
     with states off the CPU; a status read saying running with no sample is not observed."""
     on_cpu = [Span(10, 11, R, 7), Span(30, 31, S)]
     status = [Span(0, 20, R, 7), Span(20, 60, IDLE), Span(60, 80, PState.SYSCALL, 9),

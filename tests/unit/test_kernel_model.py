@@ -125,6 +125,58 @@ def test_long_run_breaks_at_a_gap_or_another_goroutine() -> None:
     assert [s.goid for s in k.timeline[0]] == [7, 7, 8]
 
 
+def test_the_headers_sample_rate_sets_the_period_the_gap_and_the_long_run() -> None:
+    """At 99 Hz (--sample-hz, the default) a sample stands for 10.1 ms; one missing sample
+    (a 20-ms gap) does not split a run, and a run needs 3 periods: 2 samples 10 ms apart (a G
+    seen twice, not seen running in between) are not a long run; 4 are."""
+    import dataclasses
+
+    h = dataclasses.replace(header(), sample_hz=99)
+    m = Model(h)
+    period = 1_000_000_000 // 99
+    t = 1_000 * MS
+    ev = [(t, int(Kind.CPU_SAMPLE), 0, 11, 7, SAMPLE_GO, 0),
+          (t + period, int(Kind.CPU_SAMPLE), 0, 11, 7, SAMPLE_GO, 0),
+          (t + 2 * period, int(Kind.CPU_SAMPLE), 0, 11, 8, SAMPLE_GO, 0)]
+    t2 = t + 10 * period  # G9: 4 samples, the third one missing (a 2-period gap)
+    ev += [(t2 + i * period, int(Kind.CPU_SAMPLE), 1, 12, 9, SAMPLE_GO, 0) for i in (0, 1, 3, 4)]
+    ev.append((t2 + 5 * period, int(Kind.CPU_SAMPLE), 1, 12, 8, SAMPLE_GO, 0))
+    m.feed(Batch(ev))
+    m.flush()
+    k = m.snapshot().kernel
+    assert k is not None and k.samples.period_ns == period
+    assert [(r.goid, r.duration_ns, r.samples) for r in k.long_running] == [(9, 4 * period, 4)]
+    assert [s.goid for s in k.timeline[1]] == [9, 8]
+    # A Header made before it said its rate (old recordings): 999 Hz.
+    assert header().sample_hz == 999
+
+
+def test_the_sample_rate_survives_a_recording_and_old_ones_mean_999(tmp_path: Path) -> None:
+    import dataclasses
+
+    from gmpmon.record import RecordingWriter
+
+    path = str(tmp_path / "r.gmp")
+    w = RecordingWriter(path, dataclasses.replace(header(), sample_hz=99))
+    w.close()
+    assert read_recording(path).header.sample_hz == 99
+    assert read_recording(str(REC)).header.sample_hz == 999  # committed before the field
+
+
+def test_a_bad_sample_rate_is_one_line_and_exit_2() -> None:
+    import subprocess
+    import sys
+
+    for bad in ("0", "1001", "x"):
+        p = subprocess.run([sys.executable, "-m", "gmpmon", "attach", "--sample-hz", bad,
+                            "--no-tui", "1"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (bad, p.returncode, p.stderr)
+        # argparse's usage, then one line naming the option (a type error); a range error is
+        # that line alone
+        last = p.stderr.strip().splitlines()[-1]
+        assert "sample-hz" in last and "Traceback" not in p.stderr, p.stderr
+
+
 def test_sampler_off_drops_every_sample_number() -> None:
     rec, _ = replayed()
     m = Model(rec.header)

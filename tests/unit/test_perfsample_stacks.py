@@ -18,10 +18,12 @@ import pytest
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.load import load
-from gmpmon.capture.perfsample import CACHE_MAX, PerfSampler
+from gmpmon.capture.perfsample import CACHE_MAX, FLAG_A1_PC, PerfSampler
 from gmpmon.capture.sites import BinaryText
-from gmpmon.events import STACK_ID_BASE
+from gmpmon.events import STACK_ID_BASE, Kind
 from tests import gotargets
+
+CPU_SAMPLE = int(Kind.CPU_SAMPLE)
 
 
 class Reference:
@@ -184,6 +186,8 @@ def test_stack_ids_equal_the_old_computation(bias: int) -> None:
     for batch in range(60):
         ref_stacks: dict[int, tuple[str, ...]] = {}
         new_stacks: dict[int, tuple[str, ...]] = {}
+        raw: list[tuple[int, int, int, int, int, int, int]] = []
+        want: list[tuple[int, int]] = []
         for _ in range(300):
             kid = rnd.choice([*walks, 1 << 31, (1 << 32) - 14, 9999])  # also no stack, unknown
             r = rnd.random()
@@ -199,11 +203,28 @@ def test_stack_ids_equal_the_old_computation(bias: int) -> None:
                 top = bias + rnd.choice(sites)[0]  # a call site, of another function
             else:
                 top = rnd.getrandbits(64)  # a local variable
-            if r > 0.97:
+            if r > 0.97:  # no kernel stack id: a1 is the leaf pc (FLAG_A1_PC)
                 leaf = pc_in(rnd.choice(funcs))
-                assert new._leaf_stack(leaf, new_stacks) == ref.leaf_stack(leaf, ref_stacks)
+                raw.append((len(raw), CPU_SAMPLE, 0, 1, 7, (FLAG_A1_PC << 16) | 14 << 32, leaf))
+                want.append((ref.leaf_stack(leaf, ref_stacks), leaf))
                 continue
-            assert new._stack_id(kid, top, new_stacks) == ref.stack_id(kid, top, ref_stacks), (
-                batch, kid, hex(top))
+            raw.append((len(raw), CPU_SAMPLE, 0, 1, 7, kid << 32, top))
+            want.append(ref.stack_id(kid, top, ref_stacks))
+        out: list[tuple[int, ...]] = []
+        new.ring = Ring(raw)  # type: ignore[assignment]
+        assert new.poll(out, new_stacks) == len(raw)  # type: ignore[arg-type]
+        got = [(e[5] >> 32, e[6]) for e in out]
+        assert got == want, batch
         assert new_stacks == ref_stacks
     assert ref._nstacks > 300 and inserted > 500
+
+
+class Ring:
+    """The samples of one poll, as the BPF ring would give them."""
+
+    def __init__(self, raw: list[tuple[int, int, int, int, int, int, int]]) -> None:
+        self.raw = raw
+
+    def read(self, out: list[tuple[int, ...]]) -> int:
+        out.extend(self.raw)
+        return len(self.raw)

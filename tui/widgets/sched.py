@@ -131,7 +131,7 @@ def per_p_table(snap: Snapshot) -> Table | Group:
         t.add_row(str(p.id), *cells, *pct)
     if cov.hot:
         return t
-    notes = [Text("run% .. sys%: from 100 Hz P status reads (sampled)", style="dim")]
+    notes = [Text("run% .. sys%: from 50 Hz P status reads (sampled)", style="dim")]
     rv = snap.runtime
     if rv is not None and rv.reads and rv.procs:
         notes.insert(0, Text("scheduled (runtime counters, schedtick): " + inline_per_p(
