@@ -19,11 +19,13 @@ says where (:attr:`Recording.stopped_at`, :attr:`Recording.error`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
 import operator
 import struct
+import threading
 import zlib
 from array import array
 from collections.abc import Iterator, Mapping
@@ -33,6 +35,7 @@ from typing import Any, BinaryIO
 from gmpmon.errors import RecordingError
 from gmpmon.events import Batch, EventTuple, Header
 from gmpmon.files import open_private
+from gmpmon.priority import name_thread
 
 MAGIC = b"GMPMONRC"
 VERSION = 1
@@ -45,6 +48,7 @@ END_FRAME = struct.Struct("<2sII")  # tag, batches, crc
 MAX_FRAME = 64 << 20  # bytes of compressed payload; a hostile length stops the reader here
 MAX_EVENTS = 16 << 20  # per batch (decompressed size is bounded by this too)
 MAX_HEADER = 16 << 20
+BACKLOG_EVENTS = 100_000  # background writer: events handed on but not yet written (~27 MB)
 ZLIB_LEVEL = 1  # 1.9 M events/s at 1.7 B/event; level 6: 1.3 M/s at 1.4 B/event
 
 # Column type codes: width chosen per column per batch.
@@ -73,14 +77,26 @@ def _pack_signed(col: tuple[int, ...] | list[int]) -> bytes:
     return code.encode() + array(code, col).tobytes()
 
 
+_FIELDS = tuple(operator.itemgetter(i) for i in range(7))
+
+
 def encode_batch(batch: Batch) -> tuple[bytes, int, int, int]:
     """-> (compressed payload, n_events, first_ts, last_ts)."""
+    raw, n, first, last = pack_batch(batch)
+    return zlib.compress(raw, ZLIB_LEVEL), n, first, last
+
+
+def pack_batch(batch: Batch) -> tuple[bytes, int, int, int]:
+    """-> (payload before compression, n_events, first_ts, last_ts)."""
     ev = batch.events
     n = len(ev)
     parts = [struct.pack("<I", n)]
     first = last = 0
     if n:
-        ts, kind, p, m, g, a0, a1 = zip(*ev, strict=True)
+        # A column per field by itemgetter: 3x faster than zip(*ev) on batches of thousands
+        # (the model thread writes the recording: at ~600k events/s in full mode the
+        # transposition alone was a tenth of its time).
+        ts, kind, p, m, g, a0, a1 = (list(map(f, ev)) for f in _FIELDS)
         first, last = ts[0], ts[-1]
         deltas = list(map(operator.sub, ts[1:], ts[:-1]))
         parts.append(struct.pack("<Q", first))
@@ -93,8 +109,7 @@ def encode_batch(batch: Batch) -> tuple[bytes, int, int, int]:
     sj = json.dumps(stacks, separators=(",", ":")).encode() if stacks else b""
     parts.append(struct.pack("<I", len(sj)))
     parts.append(sj)
-    raw = b"".join(parts)
-    return zlib.compress(raw, ZLIB_LEVEL), n, first, last
+    return b"".join(parts), n, first, last
 
 
 class _Reader:
@@ -200,7 +215,15 @@ def header_from_json(raw: bytes) -> tuple[Header, dict[str, Any]]:
 
 
 class RecordingWriter:
-    """Append batches to a new recording file (0600, never through a symlink)."""
+    """Append batches to a new recording file (0600, never through a symlink).
+
+    ``background``: a thread of its own packs, compresses and writes the batches, so that the
+    caller (the live model thread) does not: in full mode at ~600k events/s the recording
+    was half of the model thread's time, and the reader's queue overflowed behind it. At
+    most BACKLOG_EVENTS events wait for it (held by reference: batches are never changed
+    after they are handed on); beyond, ``write`` waits. A write error is raised by the next
+    ``write`` or by ``close``.
+    """
 
     def __init__(
         self,
@@ -209,6 +232,7 @@ class RecordingWriter:
         *,
         extra: dict[str, Any] | None = None,
         stacks: Mapping[int, tuple[str, ...]] | None = None,
+        background: bool = False,
     ) -> None:
         """``stacks``: stack ids already defined by earlier batches of a live run (a recording
         started mid-run), written first so that the file stands on its own."""
@@ -217,10 +241,19 @@ class RecordingWriter:
         self.events = 0
         self.bytes = 0
         self._f: BinaryIO | None = open_private(path)
+        self._cv = threading.Condition()
+        self._backlog: collections.deque[Batch | None] = collections.deque()
+        self._queued = 0  # events in _backlog
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
         hj = header_to_json(header, extra)
         self._write(
             PREAMBLE.pack(MAGIC, VERSION, 0) + HEADER_FRAME.pack(len(hj), zlib.crc32(hj)) + hj
         )
+        if background:
+            self._thread = threading.Thread(target=self._drain, name="gmpmon-recorder",
+                                            daemon=True)
+            self._thread.start()
         if stacks:
             self.write(Batch([], dict(stacks)))
 
@@ -238,6 +271,21 @@ class RecordingWriter:
     def write(self, batch: Batch) -> None:
         if not batch.events and not batch.stacks:
             return
+        if self._error is not None:
+            raise self._error
+        if self._f is None:
+            raise RecordingError(f"{self.path}: recording already closed")
+        if self._thread is None:
+            self._frame(batch)
+            return
+        with self._cv:
+            while self._queued > BACKLOG_EVENTS and self._error is None:
+                self._cv.wait()
+            self._backlog.append(batch)
+            self._queued += len(batch.events)
+            self._cv.notify_all()
+
+    def _frame(self, batch: Batch) -> None:
         payload, n, first, last = encode_batch(batch)
         head = BATCH_FRAME.pack(BATCH_TAG, len(payload), n, first, last, 0)[:-4]
         crc = zlib.crc32(payload, zlib.crc32(head[2:]))
@@ -245,14 +293,40 @@ class RecordingWriter:
         self.batches += 1
         self.events += n
 
+    def _drain(self) -> None:
+        name_thread()
+        while True:
+            with self._cv:
+                while not self._backlog:
+                    self._cv.wait()
+                batch = self._backlog.popleft()
+            if batch is None:
+                return
+            if self._error is None:
+                try:
+                    self._frame(batch)
+                except BaseException as e:  # said by the next write() or close()
+                    self._error = e
+            with self._cv:
+                self._queued -= len(batch.events)
+                self._cv.notify_all()
+
     def close(self) -> None:
         if self._f is None:
             return
+        if self._thread is not None:
+            with self._cv:
+                self._backlog.append(None)
+                self._cv.notify_all()
+            self._thread.join()
+            self._thread = None
         body = END_FRAME.pack(END_TAG, self.batches, 0)[:-4]
         with contextlib.suppress(OSError):
             self._write(body + struct.pack("<I", zlib.crc32(body[2:])))
         f, self._f = self._f, None
         f.close()
+        if self._error is not None:
+            raise self._error
 
     def __enter__(self) -> RecordingWriter:
         return self

@@ -87,6 +87,46 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     assert list(rec) == bs  # iterable more than once
 
 
+def test_the_background_writer_writes_the_same_file(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live session's writer packs, compresses and writes in a thread of its own: the
+    same bytes as the caller's own writes, in order, however far behind it falls (a backlog
+    bound of 500 events makes write() wait for it, here at every other batch)."""
+    import gmpmon.record as record
+
+    monkeypatch.setattr(record, "BACKLOG_EVENTS", 500)
+    bs = batches(40, 300, seed=3)
+    write(tmp_path / "a.gmp", bs)
+    w = RecordingWriter(str(tmp_path / "b.gmp"), HDR, extra={"binary": {"symbols": 3}},
+                        background=True)
+    for b in bs:
+        w.write(b)
+    w.close()
+    assert (tmp_path / "a.gmp").read_bytes() == (tmp_path / "b.gmp").read_bytes()
+    assert w.batches == 40 and w.events == 40 * 300
+    assert list(read_recording(str(tmp_path / "b.gmp"))) == bs
+
+
+def test_a_background_write_error_is_raised_not_lost(tmp_path: Path) -> None:
+    """A failed write in the writer's thread (a full disk) is raised by the next write() or
+    by close(), as the caller's own write would have raised it."""
+    import errno
+
+    class Full:
+        def write(self, data: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self) -> None:
+            pass
+
+    w = RecordingWriter(str(tmp_path / "r.gmp"), HDR, background=True)
+    w._f = Full()  # type: ignore[assignment]
+    with pytest.raises(OSError, match="No space"):
+        for b in batches(20, 10):
+            w.write(b)
+        w.close()
+
+
 def test_file_is_private_and_symlinks_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "r.gmp"
     write(path, batches(1, 3))
