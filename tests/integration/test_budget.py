@@ -220,5 +220,9 @@ def test_duty_cycle_measured_by_the_probes_own_hits(tmp_path: Path) -> None:
           f"{recorded:.3f}; plan {want:.3f}")
     assert len(seen) > 200, len(seen)
     assert abs(present - recorded) <= 0.07 * recorded, (present, recorded)
+    # Against the plan of every window in the stretch: the budget may have planned one
+    # shorter (a loaded machine makes hits dearer: one of 53.6 ms in a CI rehearsal).
+    plan = sum(w[2] for w in every if t0 <= w[0] < t1) / (t1 - t0)
+    print(f"planned share of the stretch: {plan:.3f}")
     if not cut_short:
-        assert abs(present - want) <= 0.07 * want, (present, want)
+        assert abs(present - plan) <= 0.07 * plan, (present, plan)
