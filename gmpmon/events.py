@@ -86,10 +86,12 @@ WINDOW             Hot probes attached (a0=1) or detached (a0=0): delimits the w
                    far past its planned end it was detached, ns (a0=0). a0=2: a trigger's
                    burst extended the open window to ts + a1 (the probes stay attached).
 COST               The budget controller's account, cumulative since attach: m = budget in
-                   thousandths of a percent, g = windows that overstayed their plan by more
-                   than 50 ms | (trigger bursts << 20) | (windows closed early because their
-                   hits cost 1.5x their plan << 40), a0 = estimated CPU ns the probes cost
-                   the target, a1 = CPU ns the target used.
+                   thousandths of a percent | (the part of a0 that is gmpmon's own CPU,
+                   weighted by the host's contention, in µs << 20), g = windows that
+                   overstayed their plan by more than 50 ms | (trigger bursts << 20) |
+                   (windows closed early because their hits cost 1.5x their plan << 40),
+                   a0 = estimated CPU ns watching cost the target (traps, BPF, gmpmon's CPU
+                   as contended), a1 = CPU ns the target used.
 DROP               a0 = records dropped in user space since the previous DROP of that stage,
                    a1 = the :class:`Stage` (reader queue full, cut at the end). Like LOST, the
                    model forgets what it inferred from the missing records.
@@ -448,3 +450,6 @@ class Header:
     features: tuple[str, ...] = ()  # which probes were available (e.g. "mutex", "steal")
     # The perf-event sampler's rate per CPU (--sample-hz); recordings made before it: 999.
     sample_hz: int = 999
+
+
+COST_WATCH_SHIFT = 20  # COST's m: budget (m.p.c.) in the low 20 bits, watcher µs above

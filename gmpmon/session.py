@@ -112,7 +112,7 @@ class LiveSession:
         self._record_lock = threading.Lock()
         self._recorder: RecordingWriter | None = None
         if record:
-            self._recorder = RecordingWriter(record, self.header)
+            self._recorder = RecordingWriter(record, self.header, background=True)
         self._latest: Snapshot | None = None
         # Snapshots 4 times a second (the TUI), or only when asked (``on_request``).
         self._on_request = False
@@ -272,7 +272,8 @@ class LiveSession:
         with self._record_lock:
             if self._recorder is None:
                 # Stacks defined by earlier batches: the new file must stand on its own.
-                self._recorder = RecordingWriter(path, self.header, stacks=dict(self.model.stacks))
+                self._recorder = RecordingWriter(path, self.header, stacks=dict(self.model.stacks),
+                                                 background=True)
 
     def stop_recording(self) -> str | None:
         with self._record_lock:
@@ -301,7 +302,10 @@ class LiveSession:
                     if batch is None:
                         break
                 for part in self._parts(batch):
+                    c0 = time.thread_time()
                     self._consume(part)
+                    # what watching costs in gmpmon's CPU, per event: charged to the budget
+                    self.capture.charge_model(time.thread_time() - c0, len(part.events))
                 now = time.monotonic()
                 # Once close() began, the final snapshot is close()'s: none in between.
                 if now >= next_snap and not self._cut_at and (self._asked

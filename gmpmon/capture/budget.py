@@ -10,6 +10,13 @@ target's thread. It is estimated as ``hits x trap_s + bpf_run_s``: ``trap_s`` is
 hit with a program that does nothing, calibrated at attach on this machine under its current
 load; ``bpf_run_s`` is the time the kernel measured in gmpmon's own program (BPF stats).
 
+And each hot hit is a record gmpmon's own threads then read, order and model: CPU taken
+beside the target. Where the host's CPUs are busy, that CPU is taken from the target (or
+from what feeds it: on net/http under wrk, a neighbour spinning at gmpmon's CPU share cost
+the server as much per request as gmpmon did, docs/modes.md). So a hot hit also costs
+``watch_s_per_hit = gmpmon's CPU per hot hit x contention``, where contention is the share of
+the CPUs left to others that others use (0 on an idle host, 1 on a saturated one).
+
 A token bucket holds the budget. Credit is earned as ``budget x target CPU time`` and spent
 as the measured cost, cold probes included (those are always attached). A normal window may
 spend at most what one period earns; a trigger's burst may run into debt of up to
@@ -44,6 +51,9 @@ class CostStatus:
     worst_overstay_ns: int
     bursts: int
     cut_short: int = 0  # windows closed early: their hits cost more than planned
+    watch_cost_s: float = 0.0  # the part of cost_s that is gmpmon's own CPU (contended)
+    watch_s_per_hit: float = 0.0  # gmpmon's CPU per hot hit, times contention
+    contention: float = 0.0  # share of the CPUs not gmpmon's that others use (0..1)
 
     def header_text(self) -> str:
         return f"cost ~{self.recent_pct:.1f}% (budget {self.budget_pct:g}%)"
@@ -72,6 +82,10 @@ class BudgetPlanner:
         self.cpu_rate = 0.0  # target CPU-s per s (EWMA)
         self.hot_rate = -1.0  # hot hits per s while a window is open (-1: not measured yet)
         self.ns_per_hit = 0.0  # BPF program run time per hit (EWMA, from BPF stats)
+        self.cpu_per_hit_s = 0.0  # gmpmon's own CPU per hot hit (measured by the reader)
+        self.contention = 0.0
+        self.watch_s_per_hit = 0.0  # cpu_per_hit_s x contention
+        self.watch_cost_s = 0.0
         self.cost_s = 0.0
         self.target_cpu_s = 0.0
         self._recent: list[tuple[float, float]] = []  # (cost_s, cpu_s) per account() call
@@ -82,18 +96,34 @@ class BudgetPlanner:
     # --- measurements --------------------------------------------------------------------
 
     def per_hit_s(self) -> float:
-        return self.hit_cost_s + self.ns_per_hit * 1e-9
+        """What one hot hit costs the target: its trap, its BPF run, and gmpmon's CPU for its
+        record as far as the host's CPUs are contended."""
+        return self.hit_cost_s + self.ns_per_hit * 1e-9 + self.watch_s_per_hit
+
+    def set_watch(self, cpu_per_hit_s: float | None, contention: float | None) -> None:
+        """The newest measurements of gmpmon's CPU per hot hit and of the host's contention
+        (None: unchanged)."""
+        if cpu_per_hit_s is not None:
+            self.cpu_per_hit_s = max(cpu_per_hit_s, 0.0)
+        if contention is not None:
+            self.contention = min(max(contention, 0.0), 1.0)
+        self.watch_s_per_hit = self.cpu_per_hit_s * self.contention
 
     def account(self, dt_s: float, target_cpu_s: float, hits: int, bpf_run_ns: int | None,
-                bpf_runs: int = 0) -> float:
+                bpf_runs: int = 0, hot_hits: int = 0) -> float:
         """One accounting step: over ``dt_s`` the target used ``target_cpu_s`` and the probes
-        were hit ``hits`` times; the kernel measured ``bpf_run_ns`` in gmpmon's program over
-        ``bpf_runs`` runs (None without BPF stats). Returns the cost charged, in seconds."""
+        were hit ``hits`` times, ``hot_hits`` of them hot; the kernel measured ``bpf_run_ns``
+        in gmpmon's program over ``bpf_runs`` runs (None without BPF stats). Returns the
+        cost charged, in seconds. The cold probes' records are not charged gmpmon's CPU:
+        they come in every mode, the budget or not."""
         if bpf_run_ns is not None and bpf_runs > 0:
             nsph = bpf_run_ns / bpf_runs
             self.ns_per_hit = nsph if self.ns_per_hit == 0 else (
                 EWMA * nsph + (1 - EWMA) * self.ns_per_hit)
-        cost = hits * self.hit_cost_s + (bpf_run_ns if bpf_run_ns is not None else 0) * 1e-9
+        watch = hot_hits * self.watch_s_per_hit
+        self.watch_cost_s += watch
+        cost = (hits * self.hit_cost_s + (bpf_run_ns if bpf_run_ns is not None else 0) * 1e-9
+                + watch)
         self.cost_s += cost
         self.target_cpu_s += target_cpu_s
         if dt_s > 0:

@@ -37,6 +37,7 @@ from gmpmon.capture.targetmem import running
 from gmpmon.capture.triggers import Flight, TriggerSpec
 from gmpmon.errors import CaptureError
 from gmpmon.events import (
+    COST_WATCH_SHIFT,
     LOST_IN_BAND,
     MISSED_STACK,
     RING_COUNTERS_FULL,
@@ -75,6 +76,10 @@ REORDER_NS = 3_000_000
 # watch the released records) keep releasing at every 10-ms poll. The rings are read when a
 # batch is released.
 RELEASE_SAMPLE_NS = 50_000_000
+# Default mode: how often gmpmon's own CPU per probe hit goes to the budget (hotctl), and the
+# fewest hits in that time that measure it.
+WATCH_NS = 1_000_000_000
+WATCH_MIN_HITS = 1000
 U64 = (1 << 64) - 1
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
 _MUTEX = int(Kind.MUTEX)
@@ -151,6 +156,14 @@ class Capture:
         self.budget_pct = budget_pct
         self.hotctl: HotControl | None = None  # default mode: the budgeted window controller
         self._cost_sent: CostStatus | None = None
+        # gmpmon's own CPU per record, for the budget (hotctl's "watch"): this thread's time
+        # reading and releasing records, and the model thread's feeding them (charge_model).
+        self._watch_cpu = 0.0
+        self._model_cpu = 0.0
+        self._model_events = 0
+        self._hits_total = 0  # probe hits, from the hit counters
+        self._watch_prev: tuple[float, int, float, int, int, int] | None = None
+        self._next_watch = 0
         self._ring_prev: dict[int, int] = {}  # Counter.RING totals already sent
         self._ring_cut = 0  # records left unread in the ring at the end (CUT_AT_END)
         self._inband_lost = 0  # ring losses reported by in-band LOST marks (and the rest)
@@ -353,6 +366,9 @@ class Capture:
             if self.hotctl is not None:
                 self._window_facts(self.hotctl.poll())
                 self._cost_event(t0)
+                if t0 >= self._next_watch:
+                    self._watch_report()
+                    self._next_watch = t0 + WATCH_NS
             elif self.mode == "default":
                 phase = (t0 - cycle_start) % self.period_ns
                 if self._hot_on and phase >= self.window_ns:
@@ -364,7 +380,9 @@ class Capture:
                 # Sample mode reads the rings when it releases (every 50 ms, not at every
                 # 10-ms poll: a read costs ~40 µs however few records it finds); the uprobe
                 # ring holds seconds of its cold probes, the perf ring ~9 s of samples.
+                w0 = time.thread_time()
                 self._read_ring()
+                self._watch_cpu += time.thread_time() - w0
             if self.sampler is not None and t0 >= next_sample:
                 try:
                     self.sampler.sample(self._pending)
@@ -385,7 +403,9 @@ class Capture:
                     self.target_exited = True
                 next_alive = t0 + 100_000_000
             if release and not self._bias_wait:
+                w0 = time.thread_time()
                 self._release(t0 - REORDER_NS)
+                self._watch_cpu += time.thread_time() - w0
                 next_release = t0 + self.release_ns
             self.stats.polls += 1
             if self.target_exited and self.stop_on_exit:
@@ -461,8 +481,30 @@ class Capture:
         if c is not None and c is not self._cost_sent:
             self._cost_sent = c
             counts = c.overstays | c.bursts << 20 | c.cut_short << 40
-            self._pending.append((now, Kind.COST, -1, round(c.budget_pct * 1000), counts,
+            m = round(c.budget_pct * 1000) | round(c.watch_cost_s * 1e6) << COST_WATCH_SHIFT
+            self._pending.append((now, Kind.COST, -1, m, counts,
                                   int(c.cost_s * 1e9), int(c.target_cpu_s * 1e9)))
+
+    def charge_model(self, cpu_s: float, events: int) -> None:
+        """The model thread fed ``events`` events in ``cpu_s`` of its CPU time."""
+        self._model_cpu += cpu_s
+        self._model_events += events
+
+    def _watch_report(self) -> None:
+        """Tell the controller what a probe hit costs gmpmon's own threads, from the last
+        second: (this thread's CPU per record + the model's CPU per event) x ring records per
+        probe hit. Too few hits in the second (no window in it) say nothing."""
+        assert self.hotctl is not None
+        ring = self.ring.records if self.ring is not None else 0
+        cur = (self._watch_cpu, self.stats.records, self._model_cpu, self._model_events,
+               ring, self._hits_total)
+        prev, self._watch_prev = self._watch_prev, cur
+        if prev is None:
+            return
+        cpu, records, mcpu, events, rrec, hits = (a - b for a, b in zip(cur, prev, strict=True))
+        if records <= 0 or events <= 0 or hits < WATCH_MIN_HITS:
+            return
+        self.hotctl.watch_cost((cpu / records + mcpu / events) * rrec / hits)
 
     def _emit_window(self, on: int) -> None:
         self._pending.append((time.monotonic_ns(), Kind.WINDOW, -1, 0, 0, on, 0))
@@ -480,6 +522,7 @@ class Capture:
             ev.append((now, Kind.COUNTER, p, 0, table, key, delta))
         for probe, delta in self.prog.hit_deltas():
             ev.append((now, Kind.COUNTER, -1, 0, Counter.PROBE_HITS, probe, delta))
+            self._hits_total += delta
         self.cgroup.read(now, ev)
         self.kernel.read_counters(now, ev)
         lost = self.prog.lost_delta()

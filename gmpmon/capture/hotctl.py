@@ -7,7 +7,8 @@ two maps by fd, and the child does everything about windows itself, by raw bpf(2
 - at start, it calibrates one emulated hit (gmpmon.capture.calibrate) and turns on the
   kernel's BPF run-time statistics (BPF_ENABLE_STATS: undone when it exits);
 - every ACCOUNT_S it reads the probe hit counters, the program's run time and the target's
-  CPU time, and charges the cost to the budget (gmpmon.capture.budget);
+  CPU time, and charges the cost to the budget (gmpmon.capture.budget); every CONTENTION_S
+  it reads how busy the host's CPUs are (/proc/stat) beside gmpmon's own CPU;
 - at each period's start it opens a window as long as the budget allows (possibly none),
   and closes it at its planned end. It sleeps in select() until the next deadline; nothing
   else runs in it, so it wakes on time. A window found open more than OVERSTAY_NS past its
@@ -20,7 +21,8 @@ The parent reads its stdout, one line per fact:
 buffer is newer than the WINDOW event that announces it), ``W 2 <ts> <burst_ns> <burst>`` when
 a burst extends the open window to ``ts + burst_ns``, ``W 0 <ts> <overstay_ns>`` before
 it is detached, ``C <json>`` a CostStatus every ACCOUNT_S, ``CAL <seconds>``, ``E <message>``.
-stdin carries the JSON config (one line), then ``burst <ms> <name>`` and ``quit``. On EOF of
+stdin carries the JSON config (one line), then ``burst <ms> <name>``, ``watch <seconds>``
+(gmpmon's own CPU per hot hit, measured by the parent: see budget.py) and ``quit``. On EOF of
 stdin (the parent died) it detaches and exits; its own exit closes the link in any case.
 """
 
@@ -51,6 +53,7 @@ GUARD_S = 0.01  # while a window is open: how often its cost so far is checked
 GUARD_OVER = 1.5  # a window whose cost reaches this x its planned cost is closed early
 OVERSTAY_NS = 50_000_000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CONTENTION_S = 1.0  # /proc/stat counts in ticks (10 ms): contention is measured per second
 
 
 @dataclass
@@ -78,6 +81,24 @@ def target_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def host_cpu_s() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the host since boot, every CPU (/proc/stat: busy is all
+    but idle and iowait)."""
+    with open("/proc/stat", "rb") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    total = sum(ticks[:8])  # guest time is counted in user already
+    return (total - ticks[3] - ticks[4]) / CLK_TCK, total / CLK_TCK
+
+
+def contention(d_busy: float, d_all: float, d_gmpmon: float) -> float | None:
+    """Of the CPU time not gmpmon's, the share others used: what a CPU-second of gmpmon's
+    takes from them (0 on an idle host, 1 on a saturated one). None: nothing measured."""
+    room = d_all - d_gmpmon
+    if room <= 0:
+        return None
+    return min(max((d_busy - d_gmpmon) / room, 0.0), 1.0)
+
+
 class Controller:
     """The child's state: one window at a time, timed by its own clock."""
 
@@ -101,6 +122,8 @@ class Controller:
         self._prev_run: tuple[int, int] | None = None
         self._prev_cpu = 0.0
         self._prev_t = 0.0
+        self._prev_host: tuple[float, float, float] | None = None  # busy, all, gmpmon's
+        self._next_host = 0.0
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")  # type: ignore[attr-defined]
@@ -217,11 +240,17 @@ class Controller:
             cpu = target_cpu_s(self.cfg.pid)
         except OSError:
             cpu = self._prev_cpu
-        hits = 0
+        hits = hot = 0
+        hot_ids = set(self.cfg.hot_ids)
         for i in range(self.cfg.n_handlers):
             t = self.hits.total(i)
             hits += t - self._prev_hits[i]
+            if i in hot_ids:
+                hot += t - self._prev_hits[i]
             self._prev_hits[i] = t
+        if now >= self._next_host:
+            self._next_host = now + CONTENTION_S
+            self.planner.set_watch(None, self.host_contention())
         run_ns: int | None = None
         runs = 0
         if self._prev_run is not None:
@@ -230,9 +259,23 @@ class Controller:
                 run_ns, runs = cur[0] - self._prev_run[0], cur[1] - self._prev_run[1]
                 self._prev_run = cur
         self.planner.account(now - self._prev_t, max(cpu - self._prev_cpu, 0.0), hits, run_ns,
-                             runs)
+                             runs, hot)
         self._prev_t, self._prev_cpu = now, cpu
         self.say("C " + json.dumps(dataclasses.asdict(self.status())))
+
+    def host_contention(self) -> float | None:
+        """The host's contention since the last call (see contention), with gmpmon's CPU
+        (the parent process and this one) taken out."""
+        try:
+            busy, total = host_cpu_s()
+            t = os.times()
+            mine = target_cpu_s(os.getppid()) + t.user + t.system
+        except (OSError, ValueError, IndexError):
+            return None
+        prev, self._prev_host = self._prev_host, (busy, total, mine)
+        if prev is None:
+            return None
+        return contention(busy - prev[0], total - prev[1], mine - prev[2])
 
     def status(self) -> CostStatus:
         p = self.planner
@@ -242,7 +285,8 @@ class Controller:
             cost_s=p.cost_s, target_cpu_s=p.target_cpu_s, windows=p.windows,
             covered_s=p.covered_s, hit_cost_s=p.hit_cost_s, bpf_ns_per_hit=p.ns_per_hit,
             overstays=self.overstays, worst_overstay_ns=self.worst_overstay, bursts=p.bursts,
-            cut_short=self.cut_short,
+            cut_short=self.cut_short, watch_cost_s=p.watch_cost_s,
+            watch_s_per_hit=p.watch_s_per_hit, contention=p.contention,
         )
 
     # --- the loop ------------------------------------------------------------------------
@@ -293,6 +337,9 @@ class Controller:
             return True
         if words[0] == "quit":
             return False
+        if words[0] == "watch" and len(words) >= 2:  # gmpmon's CPU per hot hit, measured
+            self.planner.set_watch(float(words[1]), None)
+            return True
         if words[0] == "burst" and len(words) >= 3:
             burst_ns = int(float(words[1]) * 1e6)
             if not self.planner.allow_burst(burst_ns * 1e-9):
@@ -430,6 +477,10 @@ class HotControl:
 
     def burst(self, ms: float, name: str) -> None:
         self._send(f"burst {ms:g} {name}")
+
+    def watch_cost(self, cpu_per_hit_s: float) -> None:
+        """gmpmon's own CPU per hot hit, as the parent measured it (BudgetPlanner)."""
+        self._send(f"watch {cpu_per_hit_s:.9f}")
 
     def _send(self, line: str) -> None:
         try:

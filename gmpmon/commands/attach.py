@@ -70,8 +70,9 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--budget", type=float, default=1.0, metavar="PCT",
-        help="default mode: keep what the hot probes cost the target within PCT%% of its CPU "
-        "time; windows are sized (down to none) to fit (default: %(default)s)",
+        help="default mode: keep what the hot probes cost the target (their traps, and "
+        "gmpmon's CPU for their records on a busy host) within PCT%% of its CPU time; windows "
+        "are sized (down to none) to fit (default: %(default)s)",
     )
     p.add_argument(
         "--trigger", action="append", default=[], metavar="COND",

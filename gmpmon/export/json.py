@@ -70,7 +70,8 @@ def _cost(snap: Snapshot) -> dict[str, Any] | None:
         return None
     return {"estimated_pct": round(c.estimated_pct, 4), "budget_pct": c.budget_pct,
             "windows": snap.windows, "covered_s": round(snap.windows_covered_ns / 1e9, 6),
-            "cost_ns": c.cost_ns, "target_cpu_ns": c.target_cpu_ns, "overstays": c.overstays,
+            "cost_ns": c.cost_ns, "watch_ns": c.watch_ns, "target_cpu_ns": c.target_cpu_ns,
+            "overstays": c.overstays,
             "bursts": c.bursts, "cut_short": c.cut_short, "triggers": len(snap.triggers)}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gmpmon.events import EventTuple, Kind, Stage
+from gmpmon.events import COST_WATCH_SHIFT, EventTuple, Kind, Stage
 from gmpmon.model.part import Context, Handler, Part
 
 
@@ -17,11 +17,12 @@ from gmpmon.model.part import Context, Handler, Part
 class CostSummary:
     budget_pct: float
     estimated_pct: float  # estimated cost / target CPU time since attach, percent
-    cost_ns: int  # estimated CPU time the target lost to the probes
+    cost_ns: int  # estimated CPU time the target lost to watching
     target_cpu_ns: int  # CPU time the target used since attach
     overstays: int  # windows detached more than 50 ms after their planned end
     bursts: int = 0  # trigger bursts the budget allowed
     cut_short: int = 0  # windows closed early: their hits cost 1.5x their plan
+    watch_ns: int = 0  # the part of cost_ns that is gmpmon's own CPU (as contended)
 
 
 class CostTracker(Part):
@@ -60,11 +61,12 @@ class CostTracker(Part):
             return None
         cost, cpu = e[5], e[6]
         return CostSummary(
-            budget_pct=e[3] / 1000.0,
+            budget_pct=(e[3] & ((1 << COST_WATCH_SHIFT) - 1)) / 1000.0,
             estimated_pct=100.0 * cost / cpu if cpu else 0.0,
             cost_ns=cost,
             target_cpu_ns=cpu,
             overstays=e[4] & 0xFFFFF,
             bursts=(e[4] >> 20) & 0xFFFFF,
             cut_short=e[4] >> 40,
+            watch_ns=(e[3] >> COST_WATCH_SHIFT) * 1000,
         )

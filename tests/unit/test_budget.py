@@ -32,8 +32,9 @@ class FakeTarget:
             dt = self.p.period_s / steps
             t0, t1 = i * dt, (i + 1) * dt
             inside = max(0.0, min(t1, w) - t0)
-            hits = int(self.hot_rate * inside + self.cold_rate * dt)
-            self.p.account(dt, self.cpu * dt, hits, hits * self.ns_per_hit, hits)
+            hot = int(self.hot_rate * inside)
+            hits = hot + int(self.cold_rate * dt)
+            self.p.account(dt, self.cpu * dt, hits, hits * self.ns_per_hit, hits, hot)
         if w:
             self.p.window_done(int(self.hot_rate * w), w)
         return w
@@ -77,6 +78,41 @@ def test_bpf_run_time_counts_in_the_cost_per_hit() -> None:
     assert dear.per_hit_s() == pytest.approx(1.4e-6)
     assert td.open_s == pytest.approx(tc.open_s / 2, rel=0.15)
     assert dear.estimated_pct() <= 1.0 + 1e-6
+
+
+def test_gmpmons_own_cpu_per_hot_hit_counts_as_far_as_the_host_is_contended() -> None:
+    """A hot hit's record costs gmpmon's threads CPU beside the target: on a saturated host
+    (contention 1) all of it is charged, on an idle one none. The cold probes' records are
+    not charged: they come in every mode."""
+    idle, half, busy = planner(), planner(), planner()
+    idle.set_watch(1.4e-6, 0.0)
+    half.set_watch(1.4e-6, 0.5)  # 0.7 us: doubles the 0.7 us trap
+    busy.set_watch(None, 1.0)  # contention known, the CPU per hit not yet: nothing charged
+    ts = [FakeTarget(p, 1.0, 1e6, cold_rate=1000) for p in (idle, half, busy)]
+    for _ in range(30):
+        for t in ts:
+            t.period()
+    assert idle.per_hit_s() == pytest.approx(0.7e-6) and idle.watch_cost_s == 0
+    assert busy.per_hit_s() == pytest.approx(0.7e-6)
+    assert half.per_hit_s() == pytest.approx(1.4e-6)
+    assert ts[1].open_s == pytest.approx(ts[0].open_s / 2, rel=0.15)
+    assert half.estimated_pct() <= 1.0 + 1e-6
+    hot_hits = 1e6 * ts[1].open_s
+    assert half.watch_cost_s == pytest.approx(hot_hits * 0.7e-6, rel=0.05)
+    half.set_watch(1e-3, 7.0)  # contention is a share: clamped to 1
+    assert half.contention == 1.0 and half.watch_s_per_hit == pytest.approx(1e-3)
+
+
+def test_contention_is_the_share_of_the_cpus_left_to_others_that_they_use() -> None:
+    from gmpmon.capture.hotctl import contention
+
+    # 2 CPUs for 1 s: gmpmon used 0.1 s; others 1.9 s of the 1.9 s left (saturated), 0.95 s
+    # (half), none (idle); a tick's rounding cannot make it leave 0..1.
+    assert contention(2.0, 2.0, 0.1) == pytest.approx(1.0)
+    assert contention(1.05, 2.0, 0.1) == pytest.approx(0.5)
+    assert contention(0.1, 2.0, 0.1) == 0.0
+    assert contention(2.02, 2.0, 0.0) == 1.0 and contention(0.0, 2.0, 0.1) == 0.0
+    assert contention(1.0, 1.0, 1.0) is None  # no room measured
 
 
 def test_window_shrinks_to_none_when_cold_probes_eat_the_budget() -> None:
@@ -151,6 +187,11 @@ def test_cost_events_give_the_summary_cost() -> None:
     ], mode="default")
     c = summary(snap)["cost"]
     assert c == {"estimated_pct": 0.8, "budget_pct": 1.0, "windows": 2, "covered_s": 0.025,
-                 "cost_ns": 8_000_000, "target_cpu_ns": 1_000_000_000, "overstays": 1,
-                 "bursts": 0, "cut_short": 0, "triggers": 0}
+                 "cost_ns": 8_000_000, "watch_ns": 0, "target_cpu_ns": 1_000_000_000,
+                 "overstays": 1, "bursts": 0, "cut_short": 0, "triggers": 0}
+    # gmpmon's own CPU (as contended) rides above the budget in m, in µs
+    snap = run([ev(10_000, Kind.COST, m=500 | 3_000 << 20, g=0, a0=8_000_000,
+                   a1=1_000_000_000)], mode="default")
+    c = summary(snap)["cost"]
+    assert c["budget_pct"] == 0.5 and c["watch_ns"] == 3_000_000 and c["cost_ns"] == 8_000_000
     assert summary(run([], mode="full"))["cost"] is None
