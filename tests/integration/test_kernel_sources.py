@@ -132,7 +132,10 @@ def test_samples_see_each_spinner_on_the_p_it_logged(tmp_path: Path, go: str) ->
     assert len(logs) == 3
     in_spin = [e for e in events if "main.spin" in stacks.get(e[5] >> 32, ())]
     go_samples = [e for e in in_spin if e[5] & 0xFF == SAMPLE_GO]
-    assert len(go_samples) >= 300, Counter(e[5] & 0xFF for e in events)
+    assert len(go_samples) >= 300, (
+        Counter(e[5] & 0xFF for e in events),
+        Counter(stacks.get(e[5] >> 32, ("no stack",))[-3:] for e in events).most_common(5),
+        {g: len(t) for g, (t, _) in logs.items()})
     right = wrong = 0
     for ts, _k, p, _m, goid, _a0, _a1 in go_samples:
         assert goid in logs, f"sample in main.spin names goroutine {goid}, not a spinner"
