@@ -26,6 +26,7 @@ import json
 import operator
 import struct
 import threading
+import time
 import zlib
 from array import array
 from collections.abc import Iterator, Mapping
@@ -246,6 +247,7 @@ class RecordingWriter:
         self._queued = 0  # events in _backlog
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self.cpu_s = 0.0  # the background thread's CPU time so far (what recording costs)
         hj = header_to_json(header, extra)
         self._write(
             PREAMBLE.pack(MAGIC, VERSION, 0) + HEADER_FRAME.pack(len(hj), zlib.crc32(hj)) + hj
@@ -303,10 +305,12 @@ class RecordingWriter:
             if batch is None:
                 return
             if self._error is None:
+                c0 = time.thread_time()
                 try:
                     self._frame(batch)
                 except BaseException as e:  # said by the next write() or close()
                     self._error = e
+                self.cpu_s += time.thread_time() - c0
             with self._cv:
                 self._queued -= len(batch.events)
                 self._cv.notify_all()

@@ -111,6 +111,7 @@ class LiveSession:
             triggers and dump_dir) else None
         self._record_lock = threading.Lock()
         self._recorder: RecordingWriter | None = None
+        self._rec_seen: tuple[RecordingWriter | None, float] = (None, 0.0)
         if record:
             self._recorder = RecordingWriter(record, self.header, background=True)
         self._latest: Snapshot | None = None
@@ -305,7 +306,8 @@ class LiveSession:
                     c0 = time.thread_time()
                     self._consume(part)
                     # what watching costs in gmpmon's CPU, per event: charged to the budget
-                    self.capture.charge_model(time.thread_time() - c0, len(part.events))
+                    self.capture.charge_model(time.thread_time() - c0 + self._recorder_cpu(),
+                                              len(part.events))
                 now = time.monotonic()
                 # Once close() began, the final snapshot is close()'s: none in between.
                 if now >= next_snap and not self._cut_at and (self._asked
@@ -346,6 +348,18 @@ class LiveSession:
             with self._snap_cv:
                 self.finished.set()
                 self._snap_cv.notify_all()  # fresh() answers with the last one
+
+    def _recorder_cpu(self) -> float:
+        """The recorder thread's CPU since the last call (it packs and writes what the model
+        thread hands it)."""
+        rec = self._recorder
+        if rec is None:
+            return 0.0
+        if rec is not self._rec_seen[0]:
+            self._rec_seen = (rec, 0.0)
+        d = rec.cpu_s - self._rec_seen[1]
+        self._rec_seen = (rec, rec.cpu_s)
+        return d
 
     def _parts(self, batch: Batch) -> Iterator[Batch]:
         """``batch`` in pieces of at most FEED_CHUNK events; once close()'s cut time has

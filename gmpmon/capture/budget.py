@@ -104,7 +104,9 @@ class BudgetPlanner:
         """The newest measurements of gmpmon's CPU per hot hit and of the host's contention
         (None: unchanged)."""
         if cpu_per_hit_s is not None:
-            self.cpu_per_hit_s = max(cpu_per_hit_s, 0.0)
+            c = max(cpu_per_hit_s, 0.0)
+            self.cpu_per_hit_s = c if self.cpu_per_hit_s == 0 else (
+                EWMA * c + (1 - EWMA) * self.cpu_per_hit_s)
         if contention is not None:
             self.contention = min(max(contention, 0.0), 1.0)
         self.watch_s_per_hit = self.cpu_per_hit_s * self.contention

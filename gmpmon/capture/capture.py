@@ -16,6 +16,7 @@ import dataclasses
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
@@ -78,8 +79,9 @@ REORDER_NS = 3_000_000
 RELEASE_SAMPLE_NS = 50_000_000
 # Default mode: how often gmpmon's own CPU per probe hit goes to the budget (hotctl), and the
 # fewest hits in that time that measure it.
-WATCH_NS = 1_000_000_000
-WATCH_MIN_HITS = 1000
+WATCH_NS = 250_000_000
+WATCH_SPAN = 40  # intervals (10 s) in the slope
+WATCH_SPREAD = 5  # the busiest interval has this many times the records of the quietest
 U64 = (1 << 64) - 1
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
 _MUTEX = int(Kind.MUTEX)
@@ -162,7 +164,8 @@ class Capture:
         self._model_cpu = 0.0
         self._model_events = 0
         self._hits_total = 0  # probe hits, from the hit counters
-        self._watch_prev: tuple[float, int, float, int, int, int] | None = None
+        self._watch_prev: tuple[float, int, int, int] | None = None
+        self._watch_span: deque[tuple[float, float, float, float]] = deque(maxlen=WATCH_SPAN)
         self._next_watch = 0
         self._ring_prev: dict[int, int] = {}  # Counter.RING totals already sent
         self._ring_cut = 0  # records left unread in the ring at the end (CUT_AT_END)
@@ -491,20 +494,31 @@ class Capture:
         self._model_events += events
 
     def _watch_report(self) -> None:
-        """Tell the controller what a probe hit costs gmpmon's own threads, from the last
-        second: (this thread's CPU per record + the model's CPU per event) x ring records per
-        probe hit. Too few hits in the second (no window in it) say nothing."""
+        """Tell the controller what a probe hit costs gmpmon's own threads: the slope of
+        their CPU (this thread's ring reads and releases, the model's feeding) against the
+        records of each WATCH_NS, over the last WATCH_SPAN of them, x ring records per probe
+        hit over the same span. A slope, not CPU / records: a quiet interval's ~200 records
+        cost ~2 ms of fixed work (6-8 µs a record), a window's 10-20k records ~1.2-2.5 µs
+        each. Said only once the span holds quiet and busy intervals both."""
         assert self.hotctl is not None
         ring = self.ring.records if self.ring is not None else 0
-        cur = (self._watch_cpu, self.stats.records, self._model_cpu, self._model_events,
-               ring, self._hits_total)
+        cur = (self._watch_cpu + self._model_cpu, self.stats.records, ring, self._hits_total)
         prev, self._watch_prev = self._watch_prev, cur
         if prev is None:
             return
-        cpu, records, mcpu, events, rrec, hits = (a - b for a, b in zip(cur, prev, strict=True))
-        if records <= 0 or events <= 0 or hits < WATCH_MIN_HITS:
+        cpu, records, rrec, hits = (a - b for a, b in zip(cur, prev, strict=True))
+        span = self._watch_span
+        span.append((records, cpu, rrec, hits))
+        xs = [r[0] for r in span]
+        if len(span) < 3 or max(xs) < WATCH_SPREAD * (min(xs) + 100):
             return
-        self.hotctl.watch_cost((cpu / records + mcpu / events) * rrec / hits)
+        n = len(span)
+        mx = sum(xs) / n
+        my = sum(r[1] for r in span) / n
+        var = sum((x - mx) ** 2 for x in xs)
+        slope = sum((r[0] - mx) * (r[1] - my) for r in span) / var
+        per_hit = sum(r[2] for r in span) / max(sum(r[3] for r in span), 1)
+        self.hotctl.watch_cost(max(slope, 0.0) * per_hit)
 
     def _emit_window(self, on: int) -> None:
         self._pending.append((time.monotonic_ns(), Kind.WINDOW, -1, 0, 0, on, 0))

@@ -53,7 +53,11 @@ GUARD_S = 0.01  # while a window is open: how often its cost so far is checked
 GUARD_OVER = 1.5  # a window whose cost reaches this x its planned cost is closed early
 OVERSTAY_NS = 50_000_000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-CONTENTION_S = 1.0  # /proc/stat counts in ticks (10 ms): contention is measured per second
+CONTENTION_S = 0.5  # /proc/stat counts in 10-ms ticks: 100 of them on 2 CPUs, 1% steps
+# After the probe window, no budgeted window opens before the parent has said what a hot hit
+# costs gmpmon's own threads (``watch``), for at most this long: sized without it, the first
+# full window on net/http under wrk ran up ~19 s of the budget's earnings in debt.
+WATCH_WAIT_NS = 3_000_000_000
 
 
 @dataclass
@@ -124,6 +128,8 @@ class Controller:
         self._prev_t = 0.0
         self._prev_host: tuple[float, float, float] | None = None  # busy, all, gmpmon's
         self._next_host = 0.0
+        self.watch_seen = False  # the parent has measured gmpmon's CPU per hot hit
+        self.contention_seen = False
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")  # type: ignore[attr-defined]
@@ -153,6 +159,8 @@ class Controller:
         self._prev_t = time.monotonic()
         self._prev_cpu = target_cpu_s(self.cfg.pid)
         self._prev_run = bpfsys.prog_run_stats(self.cfg.prog_fd) if self.stats_fd >= 0 else None
+        self.host_contention()  # the first reading: contention is known from CONTENTION_S on
+        self._next_host = self._prev_t + CONTENTION_S
         for i in range(self.cfg.n_handlers):
             self._prev_hits[i] = self.hits.total(i)
 
@@ -250,7 +258,9 @@ class Controller:
             self._prev_hits[i] = t
         if now >= self._next_host:
             self._next_host = now + CONTENTION_S
-            self.planner.set_watch(None, self.host_contention())
+            c = self.host_contention()
+            self.contention_seen |= c is not None
+            self.planner.set_watch(None, c)
         run_ns: int | None = None
         runs = 0
         if self._prev_run is not None:
@@ -313,7 +323,9 @@ class Controller:
                 next_account = now + int(ACCOUNT_S * 1e9)
             if self.link < 0 and now >= next_period:
                 w = int(self.planner.next_window_s() * 1e9)
-                if w > 0:
+                waiting = (self.planner.hot_rate >= 0 and now - t0 < WATCH_WAIT_NS
+                           and not (self.watch_seen and self.contention_seen))
+                if w > 0 and not waiting:
                     self.open_window(w)
                 next_period += period * max(1, (now - next_period) // period + 1)
             wake = min(next_account, next_period if self.link < 0 else
@@ -339,6 +351,7 @@ class Controller:
             return False
         if words[0] == "watch" and len(words) >= 2:  # gmpmon's CPU per hot hit, measured
             self.planner.set_watch(float(words[1]), None)
+            self.watch_seen = True
             return True
         if words[0] == "burst" and len(words) >= 3:
             burst_ns = int(float(words[1]) * 1e6)

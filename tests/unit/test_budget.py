@@ -99,8 +99,10 @@ def test_gmpmons_own_cpu_per_hot_hit_counts_as_far_as_the_host_is_contended() ->
     assert half.estimated_pct() <= 1.0 + 1e-6
     hot_hits = 1e6 * ts[1].open_s
     assert half.watch_cost_s == pytest.approx(hot_hits * 0.7e-6, rel=0.05)
-    half.set_watch(1e-3, 7.0)  # contention is a share: clamped to 1
-    assert half.contention == 1.0 and half.watch_s_per_hit == pytest.approx(1e-3)
+    half.set_watch(1e-3, 7.0)  # contention is a share: clamped to 1; the CPU per hit moves
+    # halfway to each new measurement (EWMA 0.5)
+    assert half.contention == 1.0
+    assert half.watch_s_per_hit == pytest.approx(0.5 * 1e-3 + 0.5 * 1.4e-6)
 
 
 def test_contention_is_the_share_of_the_cpus_left_to_others_that_they_use() -> None:
