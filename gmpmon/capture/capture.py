@@ -499,7 +499,7 @@ class Capture:
         records of each WATCH_NS, over the last WATCH_SPAN of them, x ring records per probe
         hit over the same span. A slope, not CPU / records: a quiet interval's ~200 records
         cost ~2 ms of fixed work (6-8 µs a record), a window's 10-20k records ~1.2-2.5 µs
-        each. Said only once the span holds quiet and busy intervals both."""
+        each. Until the span holds quiet and busy intervals both, CPU / records."""
         assert self.hotctl is not None
         ring = self.ring.records if self.ring is not None else 0
         cur = (self._watch_cpu + self._model_cpu, self.stats.records, ring, self._hits_total)
@@ -510,14 +510,18 @@ class Capture:
         span = self._watch_span
         span.append((records, cpu, rrec, hits))
         xs = [r[0] for r in span]
-        if len(span) < 3 or max(xs) < WATCH_SPREAD * (min(xs) + 100):
+        per_hit = sum(r[2] for r in span) / max(sum(r[3] for r in span), 1)
+        if max(xs) < WATCH_SPREAD * (min(xs) + 100):
+            # No spread yet (no window in the span, or a target that is quiet throughout):
+            # CPU / records, which counts the fixed work too, an overestimate until then.
+            if sum(xs) > 0:
+                self.hotctl.watch_cost(sum(r[1] for r in span) / sum(xs) * per_hit)
             return
         n = len(span)
         mx = sum(xs) / n
         my = sum(r[1] for r in span) / n
         var = sum((x - mx) ** 2 for x in xs)
         slope = sum((r[0] - mx) * (r[1] - my) for r in span) / var
-        per_hit = sum(r[2] for r in span) / max(sum(r[3] for r in span), 1)
         self.hotctl.watch_cost(max(slope, 0.0) * per_hit)
 
     def _emit_window(self, on: int) -> None:

@@ -57,7 +57,7 @@ CONTENTION_S = 0.5  # /proc/stat counts in 10-ms ticks: 100 of them on 2 CPUs, 1
 # After the probe window, no budgeted window opens before the parent has said what a hot hit
 # costs gmpmon's own threads (``watch``), for at most this long: sized without it, the first
 # full window on net/http under wrk ran up ~19 s of the budget's earnings in debt.
-WATCH_WAIT_NS = 3_000_000_000
+WATCH_WAIT_NS = 1_500_000_000
 
 
 @dataclass
