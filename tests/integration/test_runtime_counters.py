@@ -242,7 +242,9 @@ def test_a_layout_that_does_not_fit_turns_the_counters_off(target: Target) -> No
     from gmpmon.capture.runtime_sources import RuntimeSources
 
     o = dict(target.info.offsets)
-    o["runtime.p.id"] += 4
+    # +8: p.link, a pointer or 0, never P1's id. (+4 read p.status, and with P0 idle (0)
+    # and P1 running (1) that passed for ids: 3 of 6 runs on 2026-12-02, at 8c4b239 too.)
+    o["runtime.p.id"] += 8
     bad = dataclasses.replace(target.info, offsets=o)
     rs = RuntimeSources(bad, target.proc.pid, census_s=0)
     try:
