@@ -306,8 +306,7 @@ class LiveSession:
                     c0 = time.thread_time()
                     self._consume(part)
                     # what watching costs in gmpmon's CPU, per event: charged to the budget
-                    self.capture.charge_model(time.thread_time() - c0 + self._recorder_cpu(),
-                                              len(part.events))
+                    self.capture.charge_model(time.thread_time() - c0 + self._recorder_cpu())
                 now = time.monotonic()
                 # Once close() began, the final snapshot is close()'s: none in between.
                 if now >= next_snap and not self._cut_at and (self._asked

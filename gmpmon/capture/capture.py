@@ -162,7 +162,6 @@ class Capture:
         # reading and releasing records, and the model thread's feeding them (charge_model).
         self._watch_cpu = 0.0
         self._model_cpu = 0.0
-        self._model_events = 0
         self._hits_total = 0  # probe hits, from the hit counters
         self._watch_prev: tuple[float, int, int, int] | None = None
         self._watch_span: deque[tuple[float, float, float, float]] = deque(maxlen=WATCH_SPAN)
@@ -488,10 +487,9 @@ class Capture:
             self._pending.append((now, Kind.COST, -1, m, counts,
                                   int(c.cost_s * 1e9), int(c.target_cpu_s * 1e9)))
 
-    def charge_model(self, cpu_s: float, events: int) -> None:
-        """The model thread fed ``events`` events in ``cpu_s`` of its CPU time."""
+    def charge_model(self, cpu_s: float) -> None:
+        """The model thread (and the recorder behind it) spent ``cpu_s`` on records."""
         self._model_cpu += cpu_s
-        self._model_events += events
 
     def _watch_report(self) -> None:
         """Tell the controller what a probe hit costs gmpmon's own threads: the slope of
