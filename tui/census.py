@@ -19,7 +19,11 @@ def goroutine_count(rv: RuntimeView | None) -> str | None:
     return f"{fmt_count(rv.goroutines)} (runtime)"
 
 
-def census_text(rv: RuntimeView | None, *, rows: int = 8, sites: int = 5) -> Text:
+def census_text(rv: RuntimeView | None, *, rows: int = 8, sites: int = 5,
+                lines: int | None = None) -> Text:
+    """The panel's text. ``lines`` caps its height: the wait-state rows and creation sites
+    share what the counters and the census line leave (states first, at least one of each
+    where there is room), so that on a small terminal the goroutine table below keeps rows."""
     out = Text(no_wrap=True, overflow="ellipsis")
     if rv is None:
         out.append("no runtime counters or census in this capture", style="dim")
@@ -44,12 +48,18 @@ def census_text(rv: RuntimeView | None, *, rows: int = 8, sites: int = 5) -> Tex
                f"walked {fmt_count(c.walked)} in {fmt_ns(c.duration_ns)}")
     if c.cut:
         out.append(f"  cut short: {', '.join(c.cut)}", style="bold #d29922")
-    for r in [r for r in c.rows if not r.system][:rows]:
+    states = [r for r in c.rows if not r.system][:rows]
+    top = c.sites[:sites]
+    if lines is not None:
+        room = max(0, lines - (out.plain.count("\n") + 1))
+        n_sites = min(len(top), max(room - len(states), min(1, room // 2)))
+        states, top = states[:room - n_sites], top[:n_sites]
+    for r in states:
         what = f"{r.state} ({r.reason})" if r.reason else r.state
         out.append(f"\n  {fmt_count(r.count):>7} {what}")
         if r.waited:
             out.append(f"  waited max {fmt_ns(r.wait_max_ns)}", style="dim")
-    for s in c.sites[:sites]:
+    for s in top:
         out.append(f"\n  {fmt_count(s.count):>7} {s.start}", style="#58a6ff")
         out.append(f" <- {s.creator}", style="dim")
     return out

@@ -17,6 +17,14 @@ the server as much per request as gmpmon did, docs/modes.md). So a hot hit also 
 ``watch_s_per_hit = gmpmon's CPU per hot hit x contention``, where contention is the share of
 the CPUs left to others that others use (0 on an idle host, 1 on a saturated one).
 
+The hot hit rate a window is sized with comes first from the runtime's own counters, which
+cost the target nothing: ``sched.timeToRun`` counts about one goroutine transition to running
+in 8, each P's ``syscalltick`` its syscalls (prior_hits_per_s). Each window then measures what
+the target really did while it was open, and the planner learns the ratio of that to the
+prior (``scale``): the next window is sized with the prior of that moment times the ratio, so
+a target that speeds up between windows gets a shorter one, not a window sized for the old
+rate. A target whose counters cannot be read gets a short probe window first, as before.
+
 A token bucket holds the budget. Credit is earned as ``budget x target CPU time`` and spent
 as the measured cost, cold probes included (those are always attached). A normal window may
 spend at most what one period earns; a trigger's burst may run into debt of up to
@@ -29,9 +37,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MIN_WINDOW_NS = 2_000_000  # below this a window is skipped: attach+detach would be most of it
+BANK_WINDOW_S = 0.005  # credit may be saved up for a window this long (see account)
 PROBE_WINDOW_NS = 5_000_000  # first window, to measure the hot hit rate
 HORIZON_S = 60.0  # a burst's debt is repaid within this many seconds of earnings
 EWMA = 0.5
+# The prior: hot hits per timeToRun sample (the runtime tracks ~1 transition in 8) and per
+# syscall (entersyscall + exitsyscall). Measured in full mode (hits of every hot probe against
+# the runtime's own counts over the same 4 s, Go 1.22 and 1.27): 2.1 hits per transition on
+# the ping-pong, 1.4-1.8 per transition (+2 per syscall) on net/http under wrk, 5.3-5.8 on the
+# demo. 4 per transition overestimates the first two (the first window is short, not long)
+# and underestimates the demo by ~1.6x, which the cost guard of an open window bounds.
+PRIOR_PER_TRACKED = 4 * 8
+PRIOR_PER_SYSCALL = 2
+CPU_HEADROOM = 1.5  # see BudgetPlanner.prior_now
+SCALE_MIN_HITS = 50  # fewer hits in a window say nothing about its rate
+INSIDE_MIN_S = 0.001  # nor do less than this between the link being in and the close
+TAIL_MAX_S = 0.2
+SCALE_RANGE = (1 / 32, 32.0)
+# With no prior, a probe window that saw no hit at all was most likely closed before the
+# kernel had put its sites in (8-60 ms on a loaded machine): the next probe is twice as long.
+PROBE_MAX_NS = 80_000_000
+
+
+def prior_hits_per_s(tracked_per_s: float, syscalls_per_s: float) -> float:
+    """Hot probe hits per second to expect, from the runtime's own counters: timeToRun
+    samples per second and syscalls per second."""
+    return PRIOR_PER_TRACKED * max(tracked_per_s, 0.0) + PRIOR_PER_SYSCALL * max(
+        syscalls_per_s, 0.0)
 
 
 @dataclass(frozen=True)
@@ -81,6 +113,14 @@ class BudgetPlanner:
         self.credit_s = 0.0
         self.cpu_rate = 0.0  # target CPU-s per s (EWMA)
         self.hot_rate = -1.0  # hot hits per s while a window is open (-1: not measured yet)
+        self.prior_rate = -1.0  # hot hits per s from the runtime's counters (-1: none yet)
+        self.scale = 1.0  # what windows measured / the prior at the time (learned)
+        self._scaled = False
+        self.tail_s = 0.0  # a window's hits outside its inside time, in s at the full rate
+        self._tail_seen = False
+        self.link_s = 0.0  # how long putting the hot link in takes (the window counts it)
+        self._link_seen = False
+        self.probe_s = PROBE_WINDOW_NS * 1e-9
         self.ns_per_hit = 0.0  # BPF program run time per hit (EWMA, from BPF stats)
         self.cpu_per_hit_s = 0.0  # gmpmon's own CPU per hot hit (measured by the reader)
         self.contention = 0.0
@@ -99,6 +139,33 @@ class BudgetPlanner:
         """What one hot hit costs the target: its trap, its BPF run, and gmpmon's CPU for its
         record as far as the host's CPUs are contended."""
         return self.hit_cost_s + self.ns_per_hit * 1e-9 + self.watch_s_per_hit
+
+    def set_prior(self, hits_per_s: float) -> None:
+        """The newest hot-hit rate expected from the runtime's counters (prior_hits_per_s)."""
+        self.prior_rate = max(hits_per_s, 0.0)
+
+    def prior_now(self) -> float:
+        """The prior as windows are planned with it (-1: none): at most what the target's
+        CPU time can hold. Each trap runs on the target's own thread, so while the probes are
+        in a target cannot be hit more often than its CPU time allows: the ping-pong, whose
+        counters say ~40 M hits/s unwatched, runs at ~2% of its speed inside a window, where
+        each of its ~1 CPU-s/s goes to traps. The trap time is taken 1.5x: a target that was
+        not saturated may use more CPU while it is slowed."""
+        if self.prior_rate < 0:
+            return -1.0
+        trap = self.hit_cost_s + self.ns_per_hit * 1e-9
+        if self.cpu_rate > 0 and trap > 0:
+            return min(self.prior_rate, CPU_HEADROOM * self.cpu_rate / trap)
+        return self.prior_rate
+
+    def rate(self) -> float:
+        """Hot hits per second a window is planned with, -1 if nothing says yet: the prior
+        times the ratio windows measured to it; without a prior, the windows' own rate."""
+        if self.prior_rate > 0:
+            return self.prior_now() * self.scale
+        if self.hot_rate >= 0:
+            return self.hot_rate
+        return 0.0 if self.prior_rate == 0 else -1.0
 
     def set_watch(self, cpu_per_hit_s: float | None, contention: float | None) -> None:
         """The newest measurements of gmpmon's CPU per hot hit and of the host's contention
@@ -132,38 +199,86 @@ class BudgetPlanner:
             rate = target_cpu_s / dt_s
             self.cpu_rate = rate if self.cpu_rate == 0 else EWMA * rate + (1 - EWMA) * self.cpu_rate
         self.credit_s += self.budget * target_cpu_s - cost
-        # Unspent credit is not banked beyond one period: a quiet minute must not pay for a
-        # long window later (bursts borrow instead, see allow_burst).
-        self.credit_s = min(self.credit_s, self.budget * self.cpu_rate * self.period_s)
+        # Unspent credit is not banked beyond one period, or the cost of one short window
+        # where a period's earnings cannot buy even that (a target hot enough that a window
+        # of a few ms costs more than a second of its budget gets one every few seconds):
+        # a quiet minute must not pay for a long window later (bursts borrow instead).
+        cap = max(self.budget * self.cpu_rate * self.period_s,
+                  max(self.rate(), 0.0) * self.per_hit_s() * (BANK_WINDOW_S + self.tail_s))
+        self.credit_s = min(self.credit_s, cap)
         self._recent.append((cost, target_cpu_s))
         if len(self._recent) > 30:
             del self._recent[0]
         return cost
 
-    def window_done(self, hot_hits: int, open_s: float) -> None:
-        """A window closed after ``open_s`` with ``hot_hits`` hits of the hot probes."""
+    def window_done(self, hot_hits: int, open_s: float, prior_rate: float = -1.0,
+                    inside: tuple[int, float] | None = None, link_s: float | None = None,
+                    ) -> None:
+        """A window closed ``open_s`` after it was asked for, with ``hot_hits`` hits of the
+        hot probes in all (while the kernel put the sites in and took them out, too);
+        ``prior_rate`` is what the prior said when it opened (-1: none); ``inside`` the hits
+        and seconds between the link being in and the close being asked for; ``link_s`` how
+        long putting the link in took.
+
+        With a prior, the rate is learned from ``inside`` alone: the sites go in over 7-15 ms
+        here (more on a loaded machine) and a short window closed right after, so hits /
+        open_s said a few % of the real rate and the next window was planned 30x too long.
+        What the window cost beyond ``inside`` at that rate (the sites going in and out) is
+        learned as ``tail_s``, the link's time as ``link_s``: the next window is planned
+        with both (effective_s)."""
         self.windows += 1
         self.covered_s += open_s
+        if link_s is not None:
+            self.link_s = link_s if not self._link_seen else EWMA * link_s + (1 - EWMA) * self.link_s
+            self._link_seen = True
         if open_s <= 0:
             return
-        rate = hot_hits / open_s
+        if inside is not None and inside[1] >= INSIDE_MIN_S and inside[0] >= SCALE_MIN_HITS:
+            rate = inside[0] / inside[1]
+            tail = min(max(hot_hits / rate - inside[1], 0.0), TAIL_MAX_S)
+            self.tail_s = tail if not self._tail_seen else EWMA * tail + (1 - EWMA) * self.tail_s
+            self._tail_seen = True
+        elif prior_rate < 0:
+            if hot_hits == 0 and self.hot_rate < 0:
+                # Most likely closed before its sites were in: probe again, for longer.
+                self.probe_s = min(2 * self.probe_s, PROBE_MAX_NS * 1e-9)
+                return
+            rate = hot_hits / open_s  # no better measure: counts the sites' way in and out
+        else:
+            return  # nothing learned: the prior and the last ratio stand
         self.hot_rate = rate if self.hot_rate < 0 else EWMA * rate + (1 - EWMA) * self.hot_rate
+        if prior_rate > 0:
+            lo, hi = SCALE_RANGE
+            s = min(max(rate / prior_rate, lo), hi)
+            self.scale = s if not self._scaled else EWMA * s + (1 - EWMA) * self.scale
+            self._scaled = True
 
     # --- decisions -----------------------------------------------------------------------
 
+    def effective_s(self, window_s: float) -> float:
+        """How long a window asked for this long is hit at the full rate, as measured: its
+        time after the link is in, and the sites' way in and out."""
+        return max(window_s - self.link_s, 0.0) + self.tail_s
+
     def window_cost_s(self, window_s: float) -> float:
         """Estimated cost of a hot window of this length (its hits at the measured rate)."""
-        return max(self.hot_rate, 0.0) * window_s * self.per_hit_s()
+        return max(self.rate(), 0.0) * self.effective_s(window_s) * self.per_hit_s()
 
     def next_window_s(self) -> float:
-        """Length of the next hot window, 0 for none."""
-        if self.hot_rate < 0:
-            return min(PROBE_WINDOW_NS * 1e-9, self.max_window_s)
+        """Length of the next hot window, 0 for none: the link's time, and as long after it
+        as the credit pays for (its tail included); none if that is under MIN_WINDOW_NS."""
+        rate = self.rate()
+        if rate < 0:
+            return min(self.probe_s, self.max_window_s)
         if self.credit_s <= 0:
             return 0.0
-        per_s = self.hot_rate * self.per_hit_s()
-        w = self.max_window_s if per_s <= 0 else min(self.max_window_s, self.credit_s / per_s)
-        return w if w * 1e9 >= MIN_WINDOW_NS else 0.0
+        per_s = rate * self.per_hit_s()
+        if per_s <= 0:
+            return self.max_window_s
+        inside = self.credit_s / per_s - self.tail_s
+        if inside * 1e9 < MIN_WINDOW_NS:
+            return 0.0
+        return min(self.max_window_s, self.link_s + inside)
 
     def allow_burst(self, burst_s: float) -> bool:
         """A trigger's burst may borrow: the debt it leaves must be repaid within the horizon."""

@@ -24,7 +24,7 @@ from operator import itemgetter
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
-from gmpmon.capture.budget import CostStatus
+from gmpmon.capture.budget import CostStatus, prior_hits_per_s
 from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
@@ -32,6 +32,7 @@ from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
 from gmpmon.capture.perfsample import SAMPLE_HZ
 from gmpmon.capture.pipeline import BatchQueue
 from gmpmon.capture.ringbuf import RingBufReader
+from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
 from gmpmon.capture.targetmem import running
@@ -82,6 +83,14 @@ RELEASE_SAMPLE_NS = 50_000_000
 WATCH_NS = 250_000_000
 WATCH_SPAN = 40  # intervals (10 s) in the slope
 WATCH_SPREAD = 5  # the busiest interval has this many times the records of the quietest
+PRIOR_SPAN_NS = 1_000_000_000  # the runtime counters' rates sent to the controller: over this
+# gmpmon's CPU per record: at most this much. Before the slope is known it is taken as CPU /
+# records, which counts the fixed work of quiet intervals too (~2 ms for ~200 records), and a
+# slope over one or two busy intervals moves with whatever else they held (a snapshot, a
+# census). The slopes measured 1.2-2.5 µs on net/http; unbounded, a quiet first second of the
+# ping-pong under load said 100 µs a record and charged one 20-ms window 0.5 s.
+WATCH_MAX_S_PER_RECORD = 3e-6
+WATCH_MIN_HITS = 1000  # probe hits in the span below which records per hit are taken as 1
 U64 = (1 << 64) - 1
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
 _MUTEX = int(Kind.MUTEX)
@@ -166,6 +175,7 @@ class Capture:
         self._watch_prev: tuple[float, int, int, int] | None = None
         self._watch_span: deque[tuple[float, float, float, float]] = deque(maxlen=WATCH_SPAN)
         self._next_watch = 0
+        self._prior_span: deque[tuple[int, int, int]] = deque()
         self._ring_prev: dict[int, int] = {}  # Counter.RING totals already sent
         self._ring_cut = 0  # records left unread in the ring at the end (CUT_AT_END)
         self._inband_lost = 0  # ring losses reported by in-band LOST marks (and the rest)
@@ -353,7 +363,8 @@ class Capture:
         next_release = now
         if self.mode == "default":
             self.hotctl = start_hotctl(self.prog, self.plan.hot, self.pid, self.budget_pct,
-                                       self.window_ns, self.period_ns)
+                                       self.window_ns, self.period_ns,
+                                       prior=self._counters() is not None)
             if self.hotctl is None:
                 self._hot_attach()
             elif not self.flight:
@@ -370,6 +381,7 @@ class Capture:
                 self._cost_event(t0)
                 if t0 >= self._next_watch:
                     self._watch_report()
+                    self._prior_report(t0)
                     self._next_watch = t0 + WATCH_NS
             elif self.mode == "default":
                 phase = (t0 - cycle_start) % self.period_ns
@@ -508,19 +520,46 @@ class Capture:
         span = self._watch_span
         span.append((records, cpu, rrec, hits))
         xs = [r[0] for r in span]
-        per_hit = sum(r[2] for r in span) / max(sum(r[3] for r in span), 1)
+        # Ring records per probe hit: ~1 for the hot probes (2 for a semaphore's wait). With
+        # few hits in the span (no window yet) the ratio says nothing: the ping-pong's cold
+        # probes are hit a few times a second while its ring takes the perf sampler's
+        # records, and 50 records "per hit" charged one window 18 s.
+        span_hits = sum(r[3] for r in span)
+        per_hit = (min(max(sum(r[2] for r in span) / span_hits, 0.5), 2.0)
+                   if span_hits >= WATCH_MIN_HITS else 1.0)
         if max(xs) < WATCH_SPREAD * (min(xs) + 100):
             # No spread yet (no window in the span, or a target that is quiet throughout):
             # CPU / records, which counts the fixed work too, an overestimate until then.
             if sum(xs) > 0:
-                self.hotctl.watch_cost(sum(r[1] for r in span) / sum(xs) * per_hit)
+                per_record = sum(r[1] for r in span) / sum(xs)
+                self.hotctl.watch_cost(min(per_record, WATCH_MAX_S_PER_RECORD) * per_hit)
             return
         n = len(span)
         mx = sum(xs) / n
         my = sum(r[1] for r in span) / n
         var = sum((x - mx) ** 2 for x in xs)
         slope = sum((r[0] - mx) * (r[1] - my) for r in span) / var
-        self.hotctl.watch_cost(max(slope, 0.0) * per_hit)
+        self.hotctl.watch_cost(min(max(slope, 0.0), WATCH_MAX_S_PER_RECORD) * per_hit)
+
+    def _counters(self) -> RuntimeCounters | None:
+        return self.runtime.counters if self.runtime is not None else None
+
+    def _prior_report(self, now: int) -> None:
+        """Tell the controller the hot-hit rate the runtime's own counters say (timeToRun
+        samples and syscalls per second, over the last PRIOR_SPAN_NS): what it sizes
+        windows with, before the first and between them (budget.prior_hits_per_s)."""
+        rc = self._counters()
+        if rc is None or rc.reads < 2 or self.hotctl is None:
+            return
+        span = self._prior_span
+        span.append((now, rc.tracked, rc.syscalls))
+        while len(span) > 2 and now - span[1][0] >= PRIOR_SPAN_NS:
+            span.popleft()
+        if len(span) < 2 or now - span[0][0] < PRIOR_SPAN_NS // 2:
+            return
+        dt = (now - span[0][0]) * 1e-9
+        self.hotctl.prior(prior_hits_per_s((rc.tracked - span[0][1]) / dt,
+                                           (rc.syscalls - span[0][2]) / dt))
 
     def _emit_window(self, on: int) -> None:
         self._pending.append((time.monotonic_ns(), Kind.WINDOW, -1, 0, 0, on, 0))

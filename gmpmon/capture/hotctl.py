@@ -22,7 +22,8 @@ buffer is newer than the WINDOW event that announces it), ``W 2 <ts> <burst_ns> 
 a burst extends the open window to ``ts + burst_ns``, ``W 0 <ts> <overstay_ns>`` before
 it is detached, ``C <json>`` a CostStatus every ACCOUNT_S, ``CAL <seconds>``, ``E <message>``.
 stdin carries the JSON config (one line), then ``burst <ms> <name>``, ``watch <seconds>``
-(gmpmon's own CPU per hot hit, measured by the parent: see budget.py) and ``quit``. On EOF of
+(gmpmon's own CPU per hot hit, measured by the parent: see budget.py), ``prior <hits/s>``
+(the hot-hit rate the runtime's own counters say, see budget.py) and ``quit``. On EOF of
 stdin (the parent died) it detaches and exits; its own exit closes the link in any case.
 """
 
@@ -76,6 +77,7 @@ class HotConfig:
     period_ns: int
     hit_cost_s: float = 0.0  # 0: calibrate
     slow_start: bool = False  # no realtime priority (tests)
+    prior: bool = False  # the parent reads the runtime's counters and sends ``prior`` lines
 
 
 def target_cpu_s(pid: int) -> float:
@@ -130,6 +132,9 @@ class Controller:
         self._next_host = 0.0
         self.watch_seen = False  # the parent has measured gmpmon's CPU per hot hit
         self.contention_seen = False
+        self.prior_seen = False
+        self._prior_at_open = -1.0
+        self._linked = (0, 0)  # when the open window's link was in, and the hot hits then
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")  # type: ignore[attr-defined]
@@ -174,6 +179,7 @@ class Controller:
         self.say(f"W 1 {now} {window_ns} {burst or '-'}")
         self.link = bpfsys.link_uprobe_multi(self.cfg.prog_fd, self.cfg.path, self.cfg.offsets,
                                              self.cfg.cookies)
+        self._linked = (time.monotonic_ns(), self._hot_total())
         # Registering the uprobes takes 8-60 ms on a loaded machine (the kernel patches each
         # site in turn, and the first ones fire at once): the plan counts from before the
         # first is in. Counted from when all were in, the probes' own records showed windows
@@ -182,6 +188,8 @@ class Controller:
         self.planned_end = now + window_ns
         self.burst = burst
         self._hot_at_open = self._hot_total()
+        assert self.planner is not None
+        self._prior_at_open = self.planner.prior_now()
         self.cost_cap_s = self.burst_cap() if burst else self.window_cap(window_ns * 1e-9)
 
     def window_cap(self, window_s: float) -> float:
@@ -205,7 +213,7 @@ class Controller:
         period's budget (of at least one CPU's time)."""
         p = self.planner
         assert p is not None
-        if p.hot_rate < 0:
+        if p.rate() < 0:
             return p.budget * max(p.cpu_rate, 1.0) * p.period_s
         return p.window_cost_s(window_s)
 
@@ -227,6 +235,8 @@ class Controller:
             self.overstays += 1
         self.worst_overstay = max(self.worst_overstay, over)
         self.say(f"W 0 {now} {over}")
+        at, hits_at = self._linked
+        inside = (self._hot_total() - hits_at, (now - at) * 1e-9)
         # The kernel removes the sites first, then waits for RCU (~30 ms, up to 1 s on a
         # loaded machine): hits stop early in the close, which is not counted as overstay.
         # Removing the sites one by one takes up to ~40 ms under load (the probes' own
@@ -234,7 +244,8 @@ class Controller:
         os.close(self.link)
         self.link = -1
         assert self.planner is not None
-        self.planner.window_done(self._hot_total() - self._hot_at_open, (now - self.opened) * 1e-9)
+        self.planner.window_done(self._hot_total() - self._hot_at_open, (now - self.opened) * 1e-9,
+                                 self._prior_at_open, inside, (at - self.opened) * 1e-9)
 
     def _hot_total(self) -> int:
         return sum(self.hits.total(i) for i in self.cfg.hot_ids)
@@ -323,9 +334,7 @@ class Controller:
                 next_account = now + int(ACCOUNT_S * 1e9)
             if self.link < 0 and now >= next_period:
                 w = int(self.planner.next_window_s() * 1e9)
-                waiting = (self.planner.hot_rate >= 0 and now - t0 < WATCH_WAIT_NS
-                           and not (self.watch_seen and self.contention_seen))
-                if w > 0 and not waiting:
+                if w > 0 and (now - t0 >= WATCH_WAIT_NS or self.ready_to_size()):
                     self.open_window(w)
                 next_period += period * max(1, (now - next_period) // period + 1)
             wake = min(next_account, next_period if self.link < 0 else
@@ -343,6 +352,15 @@ class Controller:
                 if not self.command(line.decode().split()):
                     return
 
+    def ready_to_size(self) -> bool:
+        """Whether what sizes the next window is known: the prior (when the parent sends
+        one) and, for a budgeted window, gmpmon's CPU per hit and the host's contention. A
+        probe window (no rate known) needs nothing more."""
+        assert self.planner is not None
+        if self.cfg.prior and not self.prior_seen:
+            return False
+        return self.planner.rate() < 0 or (self.watch_seen and self.contention_seen)
+
     def command(self, words: list[str]) -> bool:
         assert self.planner is not None
         if not words:
@@ -352,6 +370,10 @@ class Controller:
         if words[0] == "watch" and len(words) >= 2:  # gmpmon's CPU per hot hit, measured
             self.planner.set_watch(float(words[1]), None)
             self.watch_seen = True
+            return True
+        if words[0] == "prior" and len(words) >= 2:  # hot hits/s the runtime's counters say
+            self.planner.set_prior(float(words[1]))
+            self.prior_seen = True
             return True
         if words[0] == "burst" and len(words) >= 3:
             burst_ns = int(float(words[1]) * 1e6)
@@ -416,7 +438,7 @@ class WindowFact:
 
 
 def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
-               window_ns: int, period_ns: int) -> HotConfig:
+               window_ns: int, period_ns: int, prior: bool = False) -> HotConfig:
     """The controller's config for this program's hot sites."""
     from gmpmon.capture.bpfprog import BPF_TRACE_UPROBE_MULTI
     from gmpmon.probetable import HANDLERS
@@ -434,7 +456,7 @@ def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
         prog_fd=fn.fd, hits_fd=prog.bpf[b"hits"].map_fd, cfg_fd=prog.bpf[b"cfg"].map_fd,
         path=prog.path, offsets=offsets, cookies=cookies, hot_ids=sorted(set(cookies)),
         n_handlers=len(HANDLERS), pid=pid, budget_pct=budget_pct, window_ns=window_ns,
-        period_ns=period_ns, hit_cost_s=hit_cost,
+        period_ns=period_ns, hit_cost_s=hit_cost, prior=prior,
     )
 
 
@@ -491,6 +513,10 @@ class HotControl:
     def burst(self, ms: float, name: str) -> None:
         self._send(f"burst {ms:g} {name}")
 
+    def prior(self, hits_per_s: float) -> None:
+        """Hot hits per second to expect, from the runtime's counters (budget.py)."""
+        self._send(f"prior {hits_per_s:.1f}")
+
     def watch_cost(self, cpu_per_hit_s: float) -> None:
         """gmpmon's own CPU per hot hit, as the parent measured it (BudgetPlanner)."""
         self._send(f"watch {cpu_per_hit_s:.9f}")
@@ -525,7 +551,7 @@ class HotControl:
 
 
 def start_hotctl(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
-                 window_ns: int, period_ns: int) -> HotControl | None:
+                 window_ns: int, period_ns: int, prior: bool = False) -> HotControl | None:
     """The controller for default mode; None where it cannot run (no uprobe_multi links:
     capture then keeps the old in-thread duty cycle)."""
     from gmpmon.capture.bpfprog import uprobe_multi_supported
@@ -534,7 +560,7 @@ def start_hotctl(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: floa
         return None
     if os.environ.get("GMPMON_NO_HOTCTL", "") not in ("", "0"):
         return None
-    return HotControl(config_for(prog, sites, pid, budget_pct, window_ns, period_ns))
+    return HotControl(config_for(prog, sites, pid, budget_pct, window_ns, period_ns, prior))
 
 
 if __name__ == "__main__":

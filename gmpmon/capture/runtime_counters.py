@@ -166,6 +166,10 @@ class RuntimeCounters:
         self._allp_at: tuple[int, int] = (0, 0)
         self._ptrs: tuple[int, ...] = ()
         self.reads = 0
+        # Since attach: timeToRun samples and syscalls (syscalltick) counted, for the hot-hit
+        # rate the budget plans with before and between windows (budget.prior_hits_per_s).
+        self.tracked = 0
+        self.syscalls = 0
         self._announced = False
 
     def missing_events(self, now: int) -> list[EventTuple]:
@@ -204,6 +208,7 @@ class RuntimeCounters:
                     ds = (systick - prev[1]) & 0xFFFFFFFF
                     if dt or ds:
                         out.append((now, Kind.RT_PTICK, pid, 0, 0, dt, ds))
+                        self.syscalls += ds
         if self.sched is None or self.s_size <= 0:
             return
         s = mem.read(self.sched + self.s_lo, self.s_size)
@@ -284,3 +289,5 @@ class RuntimeCounters:
             for i, (a, b) in enumerate(zip(vals, prev, strict=True)):
                 if a > b:
                     out.append((now, Kind.RT_HIST, NO_P, hh.n, hh.kind, i, a - b))
+                    if hh.kind == RtHist.TIME_TO_RUN:
+                        self.tracked += a - b

@@ -111,7 +111,10 @@ def test_default_mode_reports_its_cost_within_the_budget(tmp_path: Path) -> None
     c = json.loads(summary.read_text())["cost"]
     assert c["budget_pct"] == 1.0
     assert 0 < c["estimated_pct"] <= 1.5, c
-    assert c["windows"] >= 2 and 0 < c["covered_s"] < 4 * 0.2, c
+    # The ping-pong is the worst case: a window of a few ms costs it ~1% of a CPU-second
+    # (every thread's time goes to traps while the sites are in), so a 4-s run at 1% affords
+    # one to three; the promise is the estimate above.
+    assert c["windows"] >= 1 and 0 < c["covered_s"] < 4 * 0.2, c
     assert c["target_cpu_ns"] > 1e9  # pingpong keeps more than one CPU busy for 4 s
     assert os.path.getsize(summary) > 0
 
@@ -147,7 +150,7 @@ def test_duty_cycle_measured_by_the_probes_own_hits(tmp_path: Path) -> None:
     summary = tmp_path / "s.json"
     # 200 ms windows: the kernel's patching lags WINDOW 1 by 1-14 ms (measured by these polls
     # at load 2-4), 7% of a 100 ms window but 3.5% of this one.
-    duration, window, period = 8.0, 0.200, 1.000
+    duration, window, period = 10.0, 0.200, 1.000
     polls: list[tuple[int, bool]] = []  # (CLOCK_MONOTONIC ns, a hot site is patched)
     try:
         target.wait_line("ready")
@@ -222,7 +225,8 @@ def test_duty_cycle_measured_by_the_probes_own_hits(tmp_path: Path) -> None:
     assert abs(present - recorded) <= 0.07 * recorded, (present, recorded)
     # Against the plan of every window in the stretch: the budget may have planned one
     # shorter (a loaded machine makes hits dearer: one of 53.6 ms in a CI rehearsal).
-    plan = sum(w[2] for w in every if t0 <= w[0] < t1) / (t1 - t0)
+    # (The next window opens at t1 itself, give or take the clocks' jitter: not in it.)
+    plan = sum(w[2] for w in every if t0 <= w[0] < t1 - period * 1e9 / 2) / (t1 - t0)
     print(f"planned share of the stretch: {plan:.3f}")
     if not cut_short:
         assert abs(present - plan) <= 0.07 * plan, (present, plan)

@@ -25,3 +25,22 @@ def test_panel_names_its_sources_and_shows_the_census() -> None:
 def test_no_runtime_section_no_count() -> None:
     assert goroutine_count(None) is None
     assert "no runtime counters" in census_text(None).plain
+
+
+def test_a_line_budget_keeps_states_and_sites_within_it() -> None:
+    """On a small terminal the panel gives up rows, not the goroutine table below it: the
+    wait states and creation sites share what the header lines leave."""
+    m = Model(header())
+    m.feed(Batch([], STACKS))
+    m.feed(Batch(rt_stream()))
+    m.flush()
+    rv = m.snapshot().runtime
+    full = census_text(rv).plain.splitlines()
+    for lines in range(3, len(full) + 2):
+        text = census_text(rv, lines=lines).plain.splitlines()
+        assert len(text) <= max(lines, 4), (lines, text)
+        assert text[0].startswith("runtime counters")
+    roomy = census_text(rv, lines=len(full) + 5).plain.splitlines()
+    assert roomy == full
+    tight = census_text(rv, lines=len(full) - 1).plain  # one short: the state stays
+    assert "300 waiting (chan receive)" in tight and "<- main.main" not in tight

@@ -197,3 +197,80 @@ def test_cost_events_give_the_summary_cost() -> None:
     c = summary(snap)["cost"]
     assert c["budget_pct"] == 0.5 and c["watch_ns"] == 3_000_000 and c["cost_ns"] == 8_000_000
     assert summary(run([], mode="full"))["cost"] is None
+
+
+def test_the_prior_sizes_the_first_window_without_a_probe() -> None:
+    """With the runtime's counters read (prior_hits_per_s), no blind probe window: the first
+    one is sized by the budget like any other."""
+    from gmpmon.capture.budget import prior_hits_per_s
+
+    p = planner(budget=1.0)
+    p.set_prior(prior_hits_per_s(25_000, 1_000))  # 25k timeToRun samples/s: ~200k transitions
+    assert p.rate() == pytest.approx(32 * 25_000 + 2 * 1_000)
+    assert p.next_window_s() == 0.0  # no credit yet: nothing is spent before it is earned
+    for _ in range(10):
+        p.account(0.1, 0.1, 0, None)
+    w = p.next_window_s()
+    # 10 ms of credit at 802k hits/s x 0.7 us: ~17.8 ms of hits
+    assert w == pytest.approx(0.01 / (802_000 * 0.7e-6), rel=0.01)
+
+
+def test_the_prior_is_capped_by_the_targets_cpu() -> None:
+    """A trap runs on the target's thread: inside a window it cannot be hit more often than
+    its CPU time holds (the ping-pong's counters say ~40M hits/s unwatched)."""
+    p = planner(budget=1.0, cost_us=1.0)
+    p.set_prior(40e6)
+    p.account(0.1, 0.1, 0, None)  # 1 CPU
+    assert p.prior_now() == pytest.approx(1.5 * 1.0 / 1e-6)
+    assert p.rate() == pytest.approx(1.5e6)
+
+
+def test_the_rate_is_learned_from_the_windows_inside_not_its_way_in() -> None:
+    """The link takes 15 ms to go in and the window closed right after: hits / open_s would
+    say a fraction of the rate. Only hits after the link is in teach the rate; what the way
+    in and out adds is learned as tail_s, the link's time as link_s."""
+    p = planner(budget=1.0)
+    p.set_prior(1e6)
+    p.account(0.1, 1.0, 0, None)
+    # 16 ms open, 300 hits, of which none after the link (inside 0.5 ms): rate unchanged
+    p.window_done(300, 0.016, p.prior_now(), inside=(0, 0.0005), link_s=0.015)
+    assert p.rate() == pytest.approx(1e6) and p.link_s == pytest.approx(0.015)
+    # 30 ms open: 15 ms linking, 15 ms inside with 7,500 hits (500k/s), 10,000 in all
+    p.window_done(10_000, 0.030, p.prior_now(), inside=(7_500, 0.015), link_s=0.015)
+    assert p.scale == pytest.approx(0.5)
+    assert p.rate() == pytest.approx(5e5)
+    assert p.tail_s == pytest.approx(10_000 / 5e5 - 0.015)
+    # A window is planned as the link's time plus what the credit pays after it, its tail
+    # included.
+    p.credit_s = 0.01
+    per_s = 5e5 * p.per_hit_s()
+    assert p.next_window_s() == pytest.approx(0.015 + 0.01 / per_s - p.tail_s)
+    assert p.window_cost_s(p.next_window_s()) == pytest.approx(0.01)
+
+
+def test_the_prior_follows_the_target_between_windows() -> None:
+    """The ratio learned stays; the prior moves with the target: twice as busy, half the
+    window."""
+    p = planner(budget=1.0)
+    p.set_prior(1e6)
+    for _ in range(10):
+        p.account(0.1, 0.1, 0, None)
+    p.window_done(5_000, 0.01, p.prior_now(), inside=(5_000, 0.01), link_s=0.0)
+    p.credit_s = 0.005
+    w1 = p.next_window_s()
+    p.set_prior(2e6)
+    assert p.next_window_s() == pytest.approx(w1 / 2)
+
+
+def test_a_probe_that_saw_no_hit_probes_again_for_longer() -> None:
+    """Without a prior, a probe window with no hit at all says nothing (its sites were most
+    likely not in yet): the next probe is twice as long, not a 200-ms window at rate 0."""
+    p = planner()
+    w = p.next_window_s()
+    p.window_done(0, w)
+    assert p.next_window_s() == pytest.approx(2 * w)
+    p.window_done(0, 2 * w)
+    p.window_done(0, 4 * w)
+    p.window_done(0, 8 * w)
+    p.window_done(0, 16 * w)
+    assert p.next_window_s() <= 0.08

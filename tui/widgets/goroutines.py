@@ -120,7 +120,9 @@ class GoroutinesView(Vertical):
         census = self.query_one("#g-census", Static)
         census.display = snap.runtime is not None
         if snap.runtime is not None:
-            census.update(census_text(snap.runtime))
+            # At most ~40% of the view: below 24 rows the table would otherwise lose them all.
+            lines = max(3, (self.size.height or self.app.size.height) * 2 // 5)
+            census.update(census_text(snap.runtime, lines=lines))
 
         if self._table_now is not None and abs(snap.now - self._table_now) < TABLE_EVERY_NS:
             return
