@@ -229,7 +229,8 @@ class BudgetPlanner:
         self.windows += 1
         self.covered_s += open_s
         if link_s is not None:
-            self.link_s = link_s if not self._link_seen else EWMA * link_s + (1 - EWMA) * self.link_s
+            self.link_s = (link_s if not self._link_seen
+                           else EWMA * link_s + (1 - EWMA) * self.link_s)
             self._link_seen = True
         if open_s <= 0:
             return
