@@ -63,9 +63,10 @@ POLL_S = 0.010
 # and each wakeup of it ~20-30 µs on this VM; at 100 Hz the two were a third of gmpmon's CPU
 # in sample mode on an idle target. The on-CPU picture is the perf sampler's (99 Hz by default).
 SAMPLE_NS = 20_000_000
-COUNTER_NS = 100_000_000
-# Sample mode's in-kernel counters (cold probes, sampler outcomes, cgroup) change slowly: a
-# read of them all is ~300 µs of the capture thread on a loaded machine.
+COUNTER_NS = 100_000_000  # full mode
+# Sample and default modes' in-kernel counters (cold probes, sampler outcomes, cgroup; the hot
+# aggregates only move inside default's windows) change slowly: a read of them all is ~300 µs
+# of the capture thread on a loaded machine.
 COUNTER_SAMPLE_NS = 200_000_000
 # Records of different CPUs reach the ring buffer a few µs out of timestamp order; a record
 # is released once it is this much older than the newest poll.
@@ -181,7 +182,7 @@ class Capture:
         self._inband_lost = 0  # ring losses reported by in-band LOST marks (and the rest)
         self.flight = Flight(list(triggers), burst_ms) if triggers else None
         self.release_ns = RELEASE_SAMPLE_NS if mode == "sample" and not self.flight else 0
-        self.counter_ns = COUNTER_SAMPLE_NS if mode == "sample" else COUNTER_NS
+        self.counter_ns = COUNTER_NS if mode == "full" else COUNTER_SAMPLE_NS
         # Sample mode without triggers has nothing due between two P status reads.
         self.poll_s = SAMPLE_NS / 1e9 if self.release_ns else POLL_S
         self._error: BaseException | None = None

@@ -105,7 +105,7 @@ def test_gmpmons_own_cpu_per_hot_hit_counts_as_far_as_the_host_is_contended() ->
     assert half.watch_s_per_hit == pytest.approx(0.5 * 1e-3 + 0.5 * 1.4e-6)
 
 
-def test_contention_is_the_share_of_the_cpus_left_to_others_that_they_use() -> None:
+def test_contention_is_the_chance_that_no_cpu_is_left_idle() -> None:
     from gmpmon.capture.hotctl import contention
 
     # 2 CPUs for 1 s: gmpmon used 0.1 s; others 1.9 s of the 1.9 s left (saturated), 0.95 s
@@ -115,6 +115,11 @@ def test_contention_is_the_share_of_the_cpus_left_to_others_that_they_use() -> N
     assert contention(0.1, 2.0, 0.1) == 0.0
     assert contention(2.02, 2.0, 0.0) == 1.0 and contention(0.0, 2.0, 0.1) == 0.0
     assert contention(1.0, 1.0, 1.0) is None  # no room measured
+    # With 2 CPUs half busy, gmpmon mostly finds one idle: all are busy a quarter of the time;
+    # on 64 such CPUs, never; saturated, always.
+    assert contention(1.05, 2.0, 0.1, ncpu=2) == pytest.approx(0.25)
+    assert contention(32.05, 64.0, 0.1, ncpu=64) < 1e-15
+    assert contention(2.0, 2.0, 0.1, ncpu=2) == pytest.approx(1.0)
 
 
 def test_window_shrinks_to_none_when_cold_probes_eat_the_budget() -> None:
