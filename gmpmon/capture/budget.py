@@ -49,10 +49,15 @@ EWMA = 0.5
 # and underestimates the demo by ~1.6x, which the cost guard of an open window bounds.
 PRIOR_PER_TRACKED = 4 * 8
 PRIOR_PER_SYSCALL = 2
-CPU_HEADROOM = 1.5  # see BudgetPlanner.prior_now
+CPU_HEADROOM = 1.2  # see BudgetPlanner.prior_now
+# gmpmon's program per hot hit until the kernel has measured it: 0.9 µs on the ping-pong,
+# 1.0-1.3 µs on the scale workload (BPF_ENABLE_STATS, here).
+BPF_NS_PRIOR = 1000.0
 SCALE_MIN_HITS = 50  # fewer hits in a window say nothing about its rate
 INSIDE_MIN_S = 0.001  # nor do less than this between the link being in and the close
-TAIL_MAX_S = 0.2
+TAIL_MAX_S = 1.0
+TAIL_PER_BUSY_P_S = 0.004  # see BudgetPlanner.tail
+TAIL_MIN_S = 0.005
 SCALE_RANGE = (1 / 32, 32.0)
 # With no prior, a probe window that saw no hit at all was most likely closed before the
 # kernel had put its sites in (8-60 ms on a loaded machine): the next probe is twice as long.
@@ -119,9 +124,11 @@ class BudgetPlanner:
         self.tail_s = 0.0  # a window's hits outside its inside time, in s at the full rate
         self._tail_seen = False
         self.link_s = 0.0  # how long putting the hot link in takes (the window counts it)
+        self.busy_ps = 0
+        self._nsph_seen = False
         self._link_seen = False
         self.probe_s = PROBE_WINDOW_NS * 1e-9
-        self.ns_per_hit = 0.0  # BPF program run time per hit (EWMA, from BPF stats)
+        self.ns_per_hit = BPF_NS_PRIOR  # BPF program run time per hot hit (EWMA, BPF stats)
         self.cpu_per_hit_s = 0.0  # gmpmon's own CPU per hot hit (measured by the reader)
         self.contention = 0.0
         self.watch_s_per_hit = 0.0  # cpu_per_hit_s x contention
@@ -140,16 +147,18 @@ class BudgetPlanner:
         record as far as the host's CPUs are contended."""
         return self.hit_cost_s + self.ns_per_hit * 1e-9 + self.watch_s_per_hit
 
-    def set_prior(self, hits_per_s: float) -> None:
-        """The newest hot-hit rate expected from the runtime's counters (prior_hits_per_s)."""
+    def set_prior(self, hits_per_s: float, busy_ps: int = 0) -> None:
+        """The newest hot-hit rate expected from the runtime's counters (prior_hits_per_s),
+        and how many Ps they say run (GOMAXPROCS - npidle)."""
         self.prior_rate = max(hits_per_s, 0.0)
+        self.busy_ps = max(busy_ps, 0)
 
     def prior_now(self) -> float:
         """The prior as windows are planned with it (-1: none): at most what the target's
         CPU time can hold. Each trap runs on the target's own thread, so while the probes are
         in a target cannot be hit more often than its CPU time allows: the ping-pong, whose
         counters say ~40 M hits/s unwatched, runs at ~2% of its speed inside a window, where
-        each of its ~1 CPU-s/s goes to traps. The trap time is taken 1.5x: a target that was
+        each of its ~1 CPU-s/s goes to traps and programs. The CPU is taken 1.2x: a target that was
         not saturated may use more CPU while it is slowed."""
         if self.prior_rate < 0:
             return -1.0
@@ -185,10 +194,14 @@ class BudgetPlanner:
         in gmpmon's program over ``bpf_runs`` runs (None without BPF stats). Returns the
         cost charged, in seconds. The cold probes' records are not charged gmpmon's CPU:
         they come in every mode, the budget or not."""
-        if bpf_run_ns is not None and bpf_runs > 0:
+        if bpf_run_ns is not None and bpf_runs > 0 and 2 * hot_hits >= bpf_runs:
+            # Only where the hot hits are most of the runs: the cold probes' runs walk user
+            # stacks (~2.5 µs each on the ping-pong, 3x a hot hit's) and, between windows,
+            # said that a hot hit would cost that much.
             nsph = bpf_run_ns / bpf_runs
-            self.ns_per_hit = nsph if self.ns_per_hit == 0 else (
+            self.ns_per_hit = nsph if not self._nsph_seen else (
                 EWMA * nsph + (1 - EWMA) * self.ns_per_hit)
+            self._nsph_seen = True
         watch = hot_hits * self.watch_s_per_hit
         self.watch_cost_s += watch
         cost = (hits * self.hit_cost_s + (bpf_run_ns if bpf_run_ns is not None else 0) * 1e-9
@@ -204,7 +217,7 @@ class BudgetPlanner:
         # of a few ms costs more than a second of its budget gets one every few seconds):
         # a quiet minute must not pay for a long window later (bursts borrow instead).
         cap = max(self.budget * self.cpu_rate * self.period_s,
-                  max(self.rate(), 0.0) * self.per_hit_s() * (BANK_WINDOW_S + self.tail_s))
+                  max(self.rate(), 0.0) * self.per_hit_s() * (BANK_WINDOW_S + self.tail()))
         self.credit_s = min(self.credit_s, cap)
         self._recent.append((cost, target_cpu_s))
         if len(self._recent) > 30:
@@ -256,10 +269,21 @@ class BudgetPlanner:
 
     # --- decisions -----------------------------------------------------------------------
 
+    def tail(self) -> float:
+        """A window's hits outside its inside time, in seconds at the full rate: learned;
+        before any window, TAIL_PER_BUSY_P_S for each P running. The sites' way in and out
+        is slower the more threads hit them meanwhile: 10-15 ms on 2 busy Ps here, 130-400
+        ms on 64 (the scale workload, where it was all of a first window's 130k-260k hits,
+        5-10% of a 10-s run). A dry link on sites that never run does not tell: 0.7-44 ms
+        there against 13-252 ms for the hot sites, in the same seconds."""
+        if self._tail_seen or self.prior_rate < 0:
+            return self.tail_s  # without a prior the rate is hits / open_s: tails included
+        return max(TAIL_PER_BUSY_P_S * self.busy_ps, TAIL_MIN_S)
+
     def effective_s(self, window_s: float) -> float:
         """How long a window asked for this long is hit at the full rate, as measured: its
         time after the link is in, and the sites' way in and out."""
-        return max(window_s - self.link_s, 0.0) + self.tail_s
+        return max(window_s - self.link_s, 0.0) + self.tail()
 
     def window_cost_s(self, window_s: float) -> float:
         """Estimated cost of a hot window of this length (its hits at the measured rate)."""
@@ -276,7 +300,7 @@ class BudgetPlanner:
         per_s = rate * self.per_hit_s()
         if per_s <= 0:
             return self.max_window_s
-        inside = self.credit_s / per_s - self.tail_s
+        inside = self.credit_s / per_s - self.tail()
         if inside * 1e9 < MIN_WINDOW_NS:
             return 0.0
         return min(self.max_window_s, self.link_s + inside)

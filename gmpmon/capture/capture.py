@@ -560,7 +560,7 @@ class Capture:
             return
         dt = (now - span[0][0]) * 1e-9
         self.hotctl.prior(prior_hits_per_s((rc.tracked - span[0][1]) / dt,
-                                           (rc.syscalls - span[0][2]) / dt))
+                                           (rc.syscalls - span[0][2]) / dt), rc.busy_ps)
 
     def _emit_window(self, on: int) -> None:
         self._pending.append((time.monotonic_ns(), Kind.WINDOW, -1, 0, 0, on, 0))

@@ -23,8 +23,9 @@ buffer is newer than the WINDOW event that announces it), ``W 2 <ts> <burst_ns> 
 a burst extends the open window to ``ts + burst_ns``, ``W 0 <ts> <overstay_ns>`` before
 it is detached, ``C <json>`` a CostStatus every ACCOUNT_S, ``CAL <seconds>``, ``E <message>``.
 stdin carries the JSON config (one line), then ``burst <ms> <name>``, ``watch <seconds>``
-(gmpmon's own CPU per hot hit, measured by the parent: see budget.py), ``prior <hits/s>``
-(the hot-hit rate the runtime's own counters say, see budget.py) and ``quit``. On EOF of
+(gmpmon's own CPU per hot hit, measured by the parent: see budget.py), ``prior <hits/s> <Ps>``
+(the hot-hit rate the runtime's own counters say, and how many Ps run: see budget.py)
+and ``quit``. On EOF of
 stdin (the parent died) it detaches and exits; its own exit closes the link in any case.
 """
 
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING
 from gmpmon.capture import bpfsys
 from gmpmon.capture.budget import BudgetPlanner, CostStatus
 from gmpmon.errors import CaptureError
+from gmpmon.probetable import HANDLERS as HANDLER_NAMES
 
 if TYPE_CHECKING:
     from gmpmon.capture.bpfprog import BpfProgram
@@ -63,6 +65,12 @@ CONTENTION_S = 0.5  # /proc/stat counts in 10-ms ticks: 100 of them on 2 CPUs, 1
 # costs gmpmon's own threads (``watch``), for at most this long: sized without it, the first
 # full window on net/http under wrk ran up ~19 s of the budget's earnings in debt.
 WATCH_WAIT_NS = 1_500_000_000
+DEBUG = os.environ.get("GMPMON_DEBUG_HOTCTL", "") not in ("", "0")
+# Before a window has measured them, how hot each handler is (higher: hotter): the busiest go
+# into a link last (Controller.site_order).
+STATIC_HEAT = {"execute": 9, "findrunnable": 9, "gopark": 8, "ready": 8, "wake_sched": 7,
+               "pidleput": 6, "steal_try": 6, "sysenter": 5, "sysexit": 5, "gocreate": 4,
+               "goexit": 4, "sema_enter": 3, "sema_exit": 3, "gosched": 2, "steal_got": 2}
 
 
 @dataclass
@@ -144,6 +152,8 @@ class Controller:
         self.prior_seen = False
         self._prior_at_open = -1.0
         self._linked = (0, 0)  # when the open window's link was in, and the hot hits then
+        self._open_totals: list[int] = []
+        self._last_window_hits: dict[int, int] = {}  # handler -> hits in the last window
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")  # type: ignore[attr-defined]
@@ -179,26 +189,53 @@ class Controller:
 
     # --- windows -------------------------------------------------------------------------
 
+    def debug(self, what: str) -> None:
+        """GMPMON_DEBUG_HOTCTL=1: the planner's state at each decision, on stderr."""
+        if DEBUG and self.planner is not None:
+            p = self.planner
+            print(f"hotctl {time.monotonic():.3f} {what}: prior {p.prior_rate:.0f} "
+                  f"now {p.prior_now():.0f} scale {p.scale:.3f} rate {p.rate():.0f} "
+                  f"hit {p.per_hit_s() * 1e6:.2f}us (watch {p.watch_s_per_hit * 1e6:.2f}) "
+                  f"credit {p.credit_s * 1e3:.2f}ms cpu {p.cpu_rate:.2f} link "
+                  f"{p.link_s * 1e3:.1f}ms tail {p.tail_s * 1e3:.1f}ms cost {p.cost_s * 1e3:.1f}ms",
+                  file=sys.stderr, flush=True)
+
     def open_window(self, window_ns: int, burst: str = "") -> None:
         assert self.link < 0
+        self.debug(f"open {window_ns / 1e6:.1f}ms")
         self.gen += 1
         bpfsys.array_set_u32(self.cfg.cfg_fd, 0, self.gen)
+        self._open_totals = self._totals()
+        self._hot_at_open = sum(self._open_totals[i] for i in self.cfg.hot_ids)  # before the
+        # link: its way in is hit too
         now = time.monotonic_ns()
         self.say(f"W 1 {now} {window_ns} {burst or '-'}")
-        self.link = bpfsys.link_uprobe_multi(self.cfg.prog_fd, self.cfg.path, self.cfg.offsets,
-                                             self.cfg.cookies)
+        offsets, cookies = self.site_order()
+        self.link = bpfsys.link_uprobe_multi(self.cfg.prog_fd, self.cfg.path, offsets, cookies)
         self._linked = (time.monotonic_ns(), self._hot_total())
-        # Registering the uprobes takes 8-60 ms on a loaded machine (the kernel patches each
-        # site in turn, and the first ones fire at once): the plan counts from before the
-        # first is in. Counted from when all were in, the probes' own records showed windows
-        # 10-30 ms longer than planned (test_duty_cycle_measured_by_the_probes_own_hits).
+        # Registering the uprobes takes 7-15 ms here, 8-60 ms on a loaded machine and ~250 ms
+        # on 64 busy threads (the kernel patches each site in turn under the target's mm
+        # lock, and the first ones fire at once): the plan counts from before the first is
+        # in. Counted from when all were in, the probes' own records showed windows 10-30 ms
+        # longer than planned (test_duty_cycle_measured_by_the_probes_own_hits).
         self.opened = now
         self.planned_end = now + window_ns
         self.burst = burst
-        self._hot_at_open = self._hot_total()
         assert self.planner is not None
         self._prior_at_open = self.planner.prior_now()
         self.cost_cap_s = self.burst_cap() if burst else self.window_cap(window_ns * 1e-9)
+
+    def site_order(self) -> tuple[list[int], list[int]]:
+        """The hot sites, least hit first: the kernel puts a link's sites in one by one in
+        this order, and each fires as soon as it is in, so the busiest go in last (on 64
+        busy threads the way in took ~250 ms and was most of a window's hits). Ordered by
+        each handler's hits in the last window, else by STATIC_HEAT."""
+        last = self._last_window_hits
+        heat = {h: (last.get(h, -1), STATIC_HEAT.get(HANDLER_NAMES[h], 0)
+                    if h < len(HANDLER_NAMES) else 0) for h in set(self.cfg.cookies)}
+        pairs = sorted(zip(self.cfg.offsets, self.cfg.cookies, strict=True),
+                       key=lambda oc: heat[oc[1]])
+        return [o for o, _ in pairs], [c for _, c in pairs]
 
     def window_cap(self, window_s: float) -> float:
         """A budgeted window may spend 1.5x its estimate, and never more than the credit it
@@ -249,11 +286,18 @@ class Controller:
         # loaded machine): hits stop early in the close, which is not counted as overstay.
         # Removing the sites one by one takes up to ~40 ms under load (the probes' own
         # records, test_duty_cycle_measured_by_the_probes_own_hits).
+        t_close = time.monotonic_ns()
         os.close(self.link)
         self.link = -1
+        after = self._totals()
+        self._last_window_hits = {h: after[h] - self._open_totals[h] for h in self.cfg.hot_ids}
+        if DEBUG:
+            self.debug(f"close() took {(time.monotonic_ns() - t_close) / 1e6:.1f}ms")
         assert self.planner is not None
         self.planner.window_done(self._hot_total() - self._hot_at_open, (now - self.opened) * 1e-9,
                                  self._prior_at_open, inside, (at - self.opened) * 1e-9)
+        self.debug(f"closed after {(now - self.opened) / 1e6:.1f}ms, inside {inside[0]} hits in "
+                   f"{inside[1] * 1e3:.1f}ms, {self._hot_total() - self._hot_at_open} in all")
 
     def _totals(self) -> list[int]:
         """Every handler's hits, summed over CPUs: one batch lookup."""
@@ -288,8 +332,11 @@ class Controller:
             if cur is not None:
                 run_ns, runs = cur[0] - self._prev_run[0], cur[1] - self._prev_run[1]
                 self._prev_run = cur
-        self.planner.account(now - self._prev_t, max(cpu - self._prev_cpu, 0.0), hits, run_ns,
-                             runs, hot)
+        charged = self.planner.account(now - self._prev_t, max(cpu - self._prev_cpu, 0.0), hits,
+                                       run_ns, runs, hot)
+        if DEBUG and hits:
+            self.debug(f"account {hits} hits ({hot} hot), bpf {run_ns} ns / {runs} runs: "
+                       f"{charged * 1e3:.2f}ms")
         self._prev_t, self._prev_cpu = now, cpu
         self.say("C " + json.dumps(dataclasses.asdict(self.status())))
 
@@ -348,6 +395,8 @@ class Controller:
                 w = int(self.planner.next_window_s() * 1e9)
                 if w > 0 and (now - t0 >= WATCH_WAIT_NS or self.ready_to_size()):
                     self.open_window(w)
+                else:
+                    self.debug(f"no window ({w / 1e6:.1f}ms, ready {self.ready_to_size()})")
                 next_period += period * max(1, (now - next_period) // period + 1)
             wake = min(next_account, next_period if self.link < 0 else
                        min(self.planned_end, next_guard))
@@ -384,7 +433,7 @@ class Controller:
             self.watch_seen = True
             return True
         if words[0] == "prior" and len(words) >= 2:  # hot hits/s the runtime's counters say
-            self.planner.set_prior(float(words[1]))
+            self.planner.set_prior(float(words[1]), int(words[2]) if len(words) > 2 else 0)
             self.prior_seen = True
             return True
         if words[0] == "burst" and len(words) >= 3:
@@ -525,9 +574,10 @@ class HotControl:
     def burst(self, ms: float, name: str) -> None:
         self._send(f"burst {ms:g} {name}")
 
-    def prior(self, hits_per_s: float) -> None:
-        """Hot hits per second to expect, from the runtime's counters (budget.py)."""
-        self._send(f"prior {hits_per_s:.1f}")
+    def prior(self, hits_per_s: float, busy_ps: int) -> None:
+        """Hot hits per second to expect and the Ps running, from the runtime's counters
+        (budget.py)."""
+        self._send(f"prior {hits_per_s:.1f} {busy_ps}")
 
     def watch_cost(self, cpu_per_hit_s: float) -> None:
         """gmpmon's own CPU per hot hit, as the parent measured it (BudgetPlanner)."""

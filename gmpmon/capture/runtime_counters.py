@@ -170,6 +170,7 @@ class RuntimeCounters:
         # rate the budget plans with before and between windows (budget.prior_hits_per_s).
         self.tracked = 0
         self.syscalls = 0
+        self.busy_ps = 0  # GOMAXPROCS - npidle at the last read
         self._announced = False
 
     def missing_events(self, now: int) -> list[EventTuple]:
@@ -245,6 +246,7 @@ class RuntimeCounters:
             | (nprocs & 0xFFFF) << 40
         )
         out.append((now, Kind.RT_SCHED, NO_P, 0, gcount, a0, a1))
+        self.busy_ps = max(nprocs - max(npidle, 0), 0)
         self.reads += 1
 
     def _m_lock_wait(self) -> int:

@@ -104,7 +104,7 @@ def test_default_mode_reports_its_cost_within_the_budget(tmp_path: Path) -> None
     try:
         target.wait_line("ready")
         target.send("\n")
-        gm = attach(target.p.pid, "--duration", "4", "--summary-json", str(summary))
+        gm = attach(target.p.pid, "--duration", "6", "--summary-json", str(summary))
         assert gm.p.wait(timeout=TIMEOUT) == 0, gm.err
     finally:
         target.kill()
@@ -112,10 +112,10 @@ def test_default_mode_reports_its_cost_within_the_budget(tmp_path: Path) -> None
     assert c["budget_pct"] == 1.0
     assert 0 < c["estimated_pct"] <= 1.5, c
     # The ping-pong is the worst case: a window of a few ms costs it ~1% of a CPU-second
-    # (every thread's time goes to traps while the sites are in), so a 4-s run at 1% affords
-    # one to three; the promise is the estimate above.
+    # (every thread's time goes to traps while the sites are in), so a 6-s run at 1% affords
+    # one to three, later on a loaded machine; the promise is the estimate above.
     assert c["windows"] >= 1 and 0 < c["covered_s"] < 4 * 0.2, c
-    assert c["target_cpu_ns"] > 1e9  # pingpong keeps more than one CPU busy for 4 s
+    assert c["target_cpu_ns"] > 1e9  # pingpong keeps about one CPU busy for 6 s
     assert os.path.getsize(summary) > 0
 
 

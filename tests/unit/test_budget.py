@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from gmpmon.capture.budget import MIN_WINDOW_NS, PROBE_WINDOW_NS, BudgetPlanner
+from gmpmon.capture.budget import (
+    BANK_WINDOW_S,
+    BPF_NS_PRIOR,
+    CPU_HEADROOM,
+    MIN_WINDOW_NS,
+    PROBE_WINDOW_NS,
+    TAIL_MIN_S,
+    TAIL_PER_BUSY_P_S,
+    BudgetPlanner,
+)
 
 
 class FakeTarget:
@@ -216,8 +225,35 @@ def test_the_prior_sizes_the_first_window_without_a_probe() -> None:
     for _ in range(10):
         p.account(0.1, 0.1, 0, None)
     w = p.next_window_s()
-    # 10 ms of credit at 802k hits/s x 0.7 us: ~17.8 ms of hits
-    assert w == pytest.approx(0.01 / (802_000 * 0.7e-6), rel=0.01)
+    # 10 ms of credit at (0.7 us trap + 1 us program, until measured) a hit: 5 ms of the
+    # hits it pays for are the sites' way in and out until a window has measured it
+    assert p.per_hit_s() == pytest.approx(0.7e-6 + BPF_NS_PRIOR * 1e-9)
+    # (802k/s is more than 1 CPU-s/s of traps and programs holds: the CPU's cap applies)
+    assert p.rate() == pytest.approx(CPU_HEADROOM / p.per_hit_s())
+    assert w == pytest.approx(0.01 / (p.rate() * p.per_hit_s()) - TAIL_MIN_S, rel=0.01)
+
+
+def test_before_any_window_the_way_in_is_priced_by_the_ps_running() -> None:
+    """On 64 busy Ps the sites' way in and out took 130-400 ms, all of it hit: a target like
+    that gets no window until the credit covers one (credit is banked up to that), where 2
+    busy Ps get one at once."""
+    small, scale = planner(budget=1.0), planner(budget=1.0)
+    small.set_prior(1e5, busy_ps=1)
+    scale.set_prior(1e6, busy_ps=64)
+    assert small.tail() == TAIL_MIN_S and scale.tail() == pytest.approx(64 * TAIL_PER_BUSY_P_S)
+    for p in (small, scale):
+        for _ in range(10):
+            p.account(0.1, 0.2, 0, None)  # 2 CPUs: 20 ms of credit a second
+    assert small.next_window_s() > 0
+    assert scale.next_window_s() == 0.0
+    need = scale.window_cost_s(scale.link_s + BANK_WINDOW_S)  # a 5-ms window and its tail
+    secs = 1
+    while scale.next_window_s() == 0.0:
+        for _ in range(10):
+            scale.account(0.1, 0.2, 0, None)
+        secs += 1
+        assert secs < 200
+    assert scale.credit_s >= need * 0.4 and secs == pytest.approx(need / 0.02, rel=0.6)
 
 
 def test_the_prior_is_capped_by_the_targets_cpu() -> None:
@@ -225,9 +261,9 @@ def test_the_prior_is_capped_by_the_targets_cpu() -> None:
     its CPU time holds (the ping-pong's counters say ~40M hits/s unwatched)."""
     p = planner(budget=1.0, cost_us=1.0)
     p.set_prior(40e6)
-    p.account(0.1, 0.1, 0, None)  # 1 CPU
-    assert p.prior_now() == pytest.approx(1.5 * 1.0 / 1e-6)
-    assert p.rate() == pytest.approx(1.5e6)
+    p.account(0.1, 0.1, 0, None)  # 1 CPU; a trap and a program run take 2 us
+    assert p.prior_now() == pytest.approx(CPU_HEADROOM * 1.0 / (1e-6 + BPF_NS_PRIOR * 1e-9))
+    assert p.rate() == pytest.approx(p.prior_now())
 
 
 def test_the_rate_is_learned_from_the_windows_inside_not_its_way_in() -> None:
@@ -257,13 +293,14 @@ def test_the_prior_follows_the_target_between_windows() -> None:
     """The ratio learned stays; the prior moves with the target: twice as busy, half the
     window."""
     p = planner(budget=1.0)
-    p.set_prior(1e6)
+    p.set_prior(1e5)
     for _ in range(10):
         p.account(0.1, 0.1, 0, None)
-    p.window_done(5_000, 0.01, p.prior_now(), inside=(5_000, 0.01), link_s=0.0)
+    p.window_done(500, 0.01, p.prior_now(), inside=(500, 0.01), link_s=0.0)
+    assert p.tail_s == 0.0
     p.credit_s = 0.005
     w1 = p.next_window_s()
-    p.set_prior(2e6)
+    p.set_prior(2e5)
     assert p.next_window_s() == pytest.approx(w1 / 2)
 
 
