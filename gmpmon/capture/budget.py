@@ -14,8 +14,8 @@ And each hot hit is a record gmpmon's own threads then read, order and model: CP
 beside the target. Where the host's CPUs are busy, that CPU is taken from the target (or
 from what feeds it: on net/http under wrk, a neighbour spinning at gmpmon's CPU share cost
 the server as much per request as gmpmon did, docs/modes.md). So a hot hit also costs
-``watch_s_per_hit = gmpmon's CPU per hot hit x contention``, where contention is the share of
-the CPUs left to others that others use (0 on an idle host, 1 on a saturated one).
+``watch_s_per_hit = gmpmon's CPU per hot hit x contention``, where contention is the chance
+that gmpmon finds no CPU idle (hotctl.contention: 0 on an idle host, 1 on a saturated one).
 
 The hot hit rate a window is sized with comes first from the runtime's own counters, which
 cost the target nothing: ``sched.timeToRun`` counts about one goroutine transition to running
@@ -90,7 +90,7 @@ class CostStatus:
     cut_short: int = 0  # windows closed early: their hits cost more than planned
     watch_cost_s: float = 0.0  # the part of cost_s that is gmpmon's own CPU (contended)
     watch_s_per_hit: float = 0.0  # gmpmon's CPU per hot hit, times contention
-    contention: float = 0.0  # share of the CPUs not gmpmon's that others use (0..1)
+    contention: float = 0.0  # the chance that gmpmon finds no CPU idle (0..1)
 
     def header_text(self) -> str:
         return f"cost ~{self.recent_pct:.1f}% (budget {self.budget_pct:g}%)"
