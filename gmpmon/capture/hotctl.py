@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from gmpmon.capture.sites import Site
 
 ACCOUNT_S = 0.1
-ACCOUNT_IDLE_S = 0.25  # ... when no window is open or just closed (ACCOUNT_BUSY_S)
+ACCOUNT_IDLE_S = 0.5  # ... when no window is open or just closed (ACCOUNT_BUSY_S)
 ACCOUNT_BUSY_S = 0.5
 GUARD_S = 0.01  # while a window is open: how often its cost so far is checked
 GUARD_OVER = 1.5  # a window whose cost reaches this x its planned cost is closed early
