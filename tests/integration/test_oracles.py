@@ -78,10 +78,10 @@ def hist_total_bounds(h: dict[str, Any]) -> tuple[float, float]:
 @pytest.mark.bpf
 @pytest.mark.parametrize("go", trace_versions())
 def test_gc_stop_the_world_matches_memstats_metrics_and_trace(tmp_path: Path, go: str) -> None:
-    """GC pauses from the stop request to the restarted world, as the runtime measures them:
-    count = 2 x NumGC = the trace's GC STW ranges; the total within 10% of the trace's, at
-    least 0.9x MemStats.PauseTotalNs, and inside /sched/pauses/total/gc:seconds' bucket bounds
-    (1.22+)."""
+    """GC pauses from the stop request to the restarted world, as the trace measures them:
+    count = 2 x NumGC = the trace's GC STW ranges = /sched/pauses/total/gc:seconds' count
+    (1.22+); the total within 10% of the trace's (or 5 us a pause: gmpmon's own traps), at
+    least 0.9x MemStats.PauseTotalNs and 0.9x the metric's bucket low edges."""
     r = oracle_run(tmp_path, go, "-phase", "1s", "-net=false", "-mutex", "0", "-sleepers", "2",
                    "-gc-every", "20ms")
     gc = {k: v for k, v in r.summary["gc_stw"]["by_reason"].items() if k.startswith("GC ")}
@@ -91,7 +91,12 @@ def test_gc_stop_the_world_matches_memstats_metrics_and_trace(tmp_path: Path, go
     print(f"GC STW count: gmpmon {count}, MemStats 2 x {numgc}, trace {len(r.trace.gc_stw)}")
     assert numgc >= 10
     assert count == 2 * numgc == len(r.trace.gc_stw)
-    compare("GC STW total ns vs runtime/trace", total, r.trace.gc_stw_ns, 0.90, 1.10)
+    # Within 10%, or 5 us a pause where that is more: gmpmon's range holds its own two traps
+    # (the entry probe's handler and return run before the trace's STWStart; the `call wakep`
+    # probe fires after STWDone), a fixed 2-3.7 us a pause measured on Go 1.21-1.27. At Go
+    # 1.22-1.25's ~37 us pauses that alone is 1.08-1.12x.
+    slack = max(0.10, 5_000 * count / max(r.trace.gc_stw_ns, 1))
+    compare("GC STW total ns vs runtime/trace", total, r.trace.gc_stw_ns, 1 - slack, 1 + slack)
     # One-sided: MemStats ends mark termination's pause before its clean-up, which gmpmon
     # and the trace include, and on a loaded machine that clean-up can be descheduled.
     compare("GC STW total ns vs MemStats.PauseTotalNs", total, r.oracle["pause_total_ns"],
@@ -101,7 +106,12 @@ def test_gc_stop_the_world_matches_memstats_metrics_and_trace(tmp_path: Path, go
         lo, hi = hist_total_bounds(h)
         print(f"GC STW total ns: gmpmon {total}, /sched/pauses/total/gc in [{lo:.0f}, {hi:.0f}]")
         assert sum(h["counts"]) == count
-        assert 0.9 * lo <= total <= 1.1 * hi
+        # One-sided, as MemStats: the runtime reuses mark termination's MemStats `now` for
+        # this metric (gcMarkTermination, "consistent with the value in memstats"), so it
+        # too ends before the restart that gmpmon and the trace include. At Go 1.22-1.25's
+        # ~40 us pauses that restart (futex wakes of the Ms) made gmpmon 1.04-1.35x the
+        # buckets' high edges; at 1.26-1.27's ~110 us, 0.98x. The upper side is the trace's.
+        assert 0.9 * lo <= total
 
 
 def replayed_model(rec: Path, since: int = 0, until: int = 1 << 63) -> Any:
