@@ -289,15 +289,16 @@ class Controller:
         t_close = time.monotonic_ns()
         os.close(self.link)
         self.link = -1
-        after = self._totals()
+        after = self._totals()  # one read: the sites are out, nothing moves them now
         self._last_window_hits = {h: after[h] - self._open_totals[h] for h in self.cfg.hot_ids}
+        hits = sum(after[i] for i in self.cfg.hot_ids) - self._hot_at_open
+        assert self.planner is not None
+        self.planner.window_done(hits, (now - self.opened) * 1e-9,
+                                 self._prior_at_open, inside, (at - self.opened) * 1e-9)
         if DEBUG:
             self.debug(f"close() took {(time.monotonic_ns() - t_close) / 1e6:.1f}ms")
-        assert self.planner is not None
-        self.planner.window_done(self._hot_total() - self._hot_at_open, (now - self.opened) * 1e-9,
-                                 self._prior_at_open, inside, (at - self.opened) * 1e-9)
-        self.debug(f"closed after {(now - self.opened) / 1e6:.1f}ms, inside {inside[0]} hits in "
-                   f"{inside[1] * 1e3:.1f}ms, {self._hot_total() - self._hot_at_open} in all")
+            self.debug(f"closed after {(now - self.opened) / 1e6:.1f}ms, inside {inside[0]} "
+                       f"hits in {inside[1] * 1e3:.1f}ms, {hits} in all")
 
     def _totals(self) -> list[int]:
         """Every handler's hits, summed over CPUs: one batch lookup."""
@@ -395,7 +396,7 @@ class Controller:
                 w = int(self.planner.next_window_s() * 1e9)
                 if w > 0 and (now - t0 >= WATCH_WAIT_NS or self.ready_to_size()):
                     self.open_window(w)
-                else:
+                elif DEBUG:
                     self.debug(f"no window ({w / 1e6:.1f}ms, ready {self.ready_to_size()})")
                 next_period += period * max(1, (now - next_period) // period + 1)
             wake = min(next_account, next_period if self.link < 0 else
