@@ -210,6 +210,11 @@ class GmpmonApp(App[None]):
                 self.post_message(msg)
 
     def on_snapshot_ready(self, msg: SnapshotReady) -> None:
+        if not self.is_running:
+            # Shutting down (Textual clears _running first, then prunes the screens while
+            # this queue still runs): a snapshot the poller posted meanwhile has no widgets
+            # left to go to (a CI failure: NoMatches for StatusHeader).
+            return
         if self.paused and self.seek is None:
             # Pausing a live view freezes the numbers; the capture goes on, and its status
             # (the target exiting above all) must still show.
