@@ -37,6 +37,10 @@ USER_END = 0x0000_8000_0000_0000
 # of goroutine descriptors, a few MB at most.
 MAX_READ = 64 << 20
 _IOV_MAX = 1024
+# Plausible ranges of runtime values that size a loop or an allocation (check_count).
+# Each goroutine takes >= 2 KiB of stack plus its g: 2^26 of them is over 150 GB.
+MAX_GOROUTINES = 1 << 26
+MAX_ALLP = 1 << 20  # len(allp): GOMAXPROCS at its highest so far
 
 
 def check_span(addr: int, size: int, cap: int = MAX_READ) -> None:
