@@ -44,8 +44,8 @@ class Measured:
         assert self.max_rss_mb <= LIMIT_MB, f"{self.max_rss_mb:.0f} MB: {self.argv}"
 
     def figure(self) -> str:
-        return (f"{self.seconds:.2f} s, {self.max_rss_mb:.0f} MB peak RSS, exit {self.code}: "
-                f"{' '.join(self.argv[2:])}")
+        cmd = " ".join("python" if a == sys.executable else a for a in self.argv)
+        return f"{self.seconds:.2f} s, {self.max_rss_mb:.0f} MB peak RSS, exit {self.code}: {cmd}"
 
 
 def gmpmon(*args: str, timeout: float = 60, prefix: tuple[str, ...] = ()) -> Measured:
