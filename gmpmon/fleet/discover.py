@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from gmpmon.binary.buildinfo import read_buildinfo_version
 from gmpmon.binary.elf import Elf
 from gmpmon.capture.cgroup import parse_proc_cgroup
-from gmpmon.errors import GmpmonError
+from gmpmon.errors import GmpmonError, NotGoError
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 ExeKey = tuple[int, int, int, int, int]
@@ -103,9 +103,15 @@ class Discovery:
         )
 
 
+# go_version_of of an ELF whose section headers or build info are damaged: maybe a Go
+# program someone tampered with. It is listed (its load fails, and `ps` says why on its
+# line) instead of being left out in silence.
+UNREADABLE = "?"
+
+
 def go_version_of(path: str) -> str | None:
     """The Go version in the executable's build info, or None if it is not a Go program
-    (or cannot be read)."""
+    (or cannot be read); UNREADABLE for an ELF whose headers or build info are damaged."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -116,10 +122,18 @@ def go_version_of(path: str) -> str | None:
                     return None
                 # Elf reads by slicing and struct.unpack_from: an mmap serves both, so only
                 # the pages of the headers and .go.buildinfo are ever read from disk.
-                elf = Elf(m, path)  # type: ignore[arg-type]
+                try:
+                    elf = Elf(m, path)  # type: ignore[arg-type]
+                except NotGoError:
+                    return None
+                except GmpmonError:
+                    return UNREADABLE  # damaged or hostile headers: listed, and ps says why
                 if elf.section(".go.buildinfo") is None:
                     return None
-                return read_buildinfo_version(elf)
+                try:
+                    return read_buildinfo_version(elf)
+                except GmpmonError:
+                    return UNREADABLE
     except (OSError, ValueError, GmpmonError):
         return None
 
