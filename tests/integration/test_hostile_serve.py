@@ -102,3 +102,52 @@ def test_serve_under_500_slow_clients(tmp_path: Path) -> None:
     text = err.read()
     assert "Traceback" not in text, text[-3000:]
     assert "Exception" not in text and "Error" not in text, text[-3000:]
+
+
+def test_serve_says_when_a_hostile_pointer_stops_a_census(tmp_path: Path) -> None:
+    """allgs[300] rewritten to a kernel-half pointer: the census thread died with a
+    traceback. Now serve says it once, on that process's line, and keeps serving."""
+    from tests.integration.test_hostile_target import KERNEL_HALF, peek, poke, runtime_addr
+
+    exe = build("parked", "1.27")
+    target = start_target(exe, "-n", "1000", env={"GOMAXPROCS": "2"})
+    err = (tmp_path / "serve.err").open("w+")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "gmpmon", "serve", str(target.pid), "--listen",
+         f"127.0.0.1:{PORT + 1}", "--census-interval", "0.5"], stdout=subprocess.DEVNULL,
+        stderr=err, cwd=REPO, stdin=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    url = f"http://127.0.0.1:{PORT + 1}/metrics"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if b"gmpmon_goroutines" in r.read():
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and serve.poll() is None, err.name
+            time.sleep(0.2)
+        ptr, _n = struct.unpack("<QQ", peek(target.pid, runtime_addr(exe, "runtime.allgs"), 16))
+        poke(target.pid, ptr + 8 * 300, KERNEL_HALF)
+        deadline = time.monotonic() + 10
+        while "goroutine census stopped" not in Path(err.name).read_text():
+            assert time.monotonic() < deadline, Path(err.name).read_text()
+            time.sleep(0.2)
+        with urllib.request.urlopen(url, timeout=2) as r:
+            assert r.status == 200 and b"gmpmon_" in r.read()
+    finally:
+        serve.send_signal(signal.SIGINT)
+        try:
+            serve.wait(15)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait()
+        target.stop()
+    text = Path(err.name).read_text()
+    print(f"\nserve, allgs[300]={KERNEL_HALF:#x}:\n  {text.strip()}")
+    assert "Traceback" not in text, text[-3000:]
+    lines = [ln for ln in text.splitlines() if "census stopped" in ln]
+    assert len(lines) == 1 and lines[0].startswith("gmpmon: process "), text
