@@ -92,3 +92,25 @@ def test_readv_of_a_gone_process_raises_oserror(child: tuple[int, int]) -> None:
             mem.readv([(addr, 8)])
     finally:
         mem.close()
+
+
+def test_a_stopped_reader_is_named_in_the_report_and_the_summary() -> None:
+    """RT_MISSING with a1 = 1 (its reader stopped mid-run) -> runtime.stopped and the
+    report's "not available ... (its reader stopped ...)"; a1 = 0 stays a plain absence."""
+    from gmpmon.events import NO_P, Kind, RtFeature
+    from gmpmon.export.json import runtime_summary
+    from gmpmon.model.runtime import RuntimePart
+    from gmpmon.report import runtime_lines
+
+    part = RuntimePart(("idle",), ("",), {})
+    part.on_missing((1, Kind.RT_MISSING, NO_P, 0, 0, int(RtFeature.CENSUS), 1))
+    part.on_missing((1, Kind.RT_MISSING, NO_P, 0, 0, int(RtFeature.STW), 0))
+    rv = part.view()
+    assert rv is not None
+    assert rv.stopped == ("goroutine census (allgs)",)
+    summary = runtime_summary(rv)
+    assert summary is not None and summary["stopped"] == ["goroutine census (allgs)"]
+    text = "\n".join(runtime_lines(rv))
+    assert "not available: goroutine census (allgs) (its reader stopped" in text
+    assert "stop-the-world" in text and "stop-the-world pauses (sched.stwTotalTime*, Go " \
+        "1.22+) (its reader" not in text
