@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from gmpmon.binary.buildinfo import read_buildinfo_version
 from gmpmon.binary.elf import Elf
 from gmpmon.capture.cgroup import parse_proc_cgroup
-from gmpmon.errors import GmpmonError, NotGoError
+from gmpmon.errors import GmpmonError, NotGoError, UnsupportedError
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 ExeKey = tuple[int, int, int, int, int]
@@ -103,15 +103,9 @@ class Discovery:
         )
 
 
-# go_version_of of an ELF whose section headers or build info are damaged: maybe a Go
-# program someone tampered with. It is listed (its load fails, and `ps` says why on its
-# line) instead of being left out in silence.
-UNREADABLE = "?"
-
-
 def go_version_of(path: str) -> str | None:
     """The Go version in the executable's build info, or None if it is not a Go program
-    (or cannot be read); UNREADABLE for an ELF whose headers or build info are damaged."""
+    (or cannot be read)."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -122,19 +116,17 @@ def go_version_of(path: str) -> str | None:
                     return None
                 # Elf reads by slicing and struct.unpack_from: an mmap serves both, so only
                 # the pages of the headers and .go.buildinfo are ever read from disk.
-                try:
-                    elf = Elf(m, path)  # type: ignore[arg-type]
-                except NotGoError:
-                    return None
-                except GmpmonError:
-                    return UNREADABLE  # damaged or hostile headers: listed, and ps says why
+                elf = Elf(m, path)  # type: ignore[arg-type]
                 if elf.section(".go.buildinfo") is None:
                     return None
-                try:
-                    return read_buildinfo_version(elf)
-                except GmpmonError:
-                    return UNREADABLE
-    except (OSError, ValueError, GmpmonError):
+                return read_buildinfo_version(elf)
+    except (NotGoError, UnsupportedError):
+        return None
+    except GmpmonError:
+        # Damaged section headers or build info: maybe a Go program someone tampered with.
+        # Listed ("?"), and `ps` says on its line why it cannot be read; never left out.
+        return "?"
+    except (OSError, ValueError):
         return None
 
 
