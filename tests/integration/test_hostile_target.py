@@ -236,3 +236,45 @@ def test_attach_to_a_sparse_3_9_gb_executable(sparse_target: tuple[Target, Path]
     assert json.loads(summary.read_text())["runtime"]["goroutines"] >= 100
     print(f"\nattach -d 1, sparse 3.9 GB executable: {r.figure()}")
     assert r.max_rss_mb <= MAX_RSS_MB, r.figure()
+
+
+def test_attach_and_ps_on_running_binaries_over_the_caps(tmp_path: Path) -> None:
+    """A running program whose .debug_info is a 3 GiB compressed-DWARF bomb (attach took
+    35 s and 6.3 GB before "damaged DWARF"), and one whose .symtab claims 300 MiB: attach is
+    one line and exit 6 within the limits; ps lists both, and says why on the second's line."""
+    from tests.unit.test_hostile_binary import BOMB_CLAIM, plant_debug_info, zeros_stream
+
+    bomb = tmp_path / "bomb" / "parked"
+    bomb.parent.mkdir()
+    shutil.copy2(build("parked", "1.27"), bomb)
+    plant_debug_info(bomb, BOMB_CLAIM, zeros_stream(64 << 20))
+    big = tmp_path / "bigsym" / "parked"
+    big.parent.mkdir()
+    data = bytearray(build("parked", "1.27").read_bytes())
+    from gmpmon.binary.elf import Elf
+
+    elf = Elf(bytes(data))
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize = struct.unpack_from("<H", data, 0x3A)[0]
+    idx = [s.name for s in elf._by_index].index(".symtab")
+    struct.pack_into("<QQ", data, shoff + idx * shentsize + 0x18, len(data), 300 << 20)
+    big.write_bytes(bytes(data))
+    os.truncate(big, len(data) + (300 << 20))
+    os.chmod(big, 0o755)
+    targets = [start_target(str(p), "-n", "10", env={"GOMAXPROCS": "2"}) for p in (bomb, big)]
+    try:
+        r = gmpmon("attach", str(targets[0].pid), "--no-tui", "-d", "1")
+        line = r.one_line()
+        assert r.code == errors.BinaryFormatError.exit_code and "over gmpmon's cap" in line, line
+        print(f"\nattach, DWARF bomb: {r.figure()}\n  {line}")
+        r.within_limits()
+        rows, r = ps_rows(tmp_path.name)
+        by_pid = {x["pid"]: x for x in rows}
+        assert targets[0].pid in by_pid and targets[1].pid in by_pid, (rows, r.err)
+        note = str(by_pid[targets[1].pid]["note"])
+        assert ".symtab is 300 MiB, over gmpmon's cap" in note, by_pid[targets[1].pid]
+        print(f"ps, DWARF bomb and 300 MiB .symtab: {r.figure()}\n  note: {note}")
+        r.within_limits()
+    finally:
+        for t in targets:
+            t.stop()
