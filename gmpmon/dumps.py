@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from gmpmon.capture.triggers import TriggerSpec
+from gmpmon.errors import GmpmonError
 from gmpmon.events import Batch, Header, Kind
 from gmpmon.record import RecordingWriter
 
@@ -78,13 +79,24 @@ class DumpKeeper:
                ) -> None:
         spec = self.specs[idx] if 0 <= idx < len(self.specs) else TriggerSpec("?", "?", 0)
         path = os.path.join(self.dump_dir, dump_name(self.header, ts, spec))
-        self._writer = RecordingWriter(path, self.header, stacks=dict(stacks),
-                                       extra={"trigger": spec.text, "trigger_ts": ts})
+        # --dump-dir may be writable by others: a name that exists (a planted symlink, a
+        # file) is skipped and said, never written through, and the capture goes on.
+        if os.path.lexists(path):
+            self.notes.append(f"trigger {spec.text} fired; dump {path} already exists: "
+                              "skipped (not overwritten)")
+            return
+        try:
+            self._writer = RecordingWriter(path, self.header, stacks=dict(stacks),
+                                           extra={"trigger": spec.text, "trigger_ts": ts})
+        except GmpmonError as e:  # planted meanwhile, or the directory went away
+            self.notes.append(f"trigger {spec.text} fired; dump skipped: {e.one_line()}")
+            return
         self._until = ts + burst_ns + int(POST_S * 1e9)
         self.notes.append(f"trigger {spec.text} fired; dump {path}")
 
     def _writer_write_pre(self, batch: Batch) -> None:
-        assert self._writer is not None
+        if self._writer is None:  # skipped
+            return
         for b in self._pre:
             self._writer.write(b)
         self._pre.clear()

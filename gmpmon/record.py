@@ -23,6 +23,7 @@ import collections
 import contextlib
 import itertools
 import json
+import math
 import operator
 import struct
 import threading
@@ -33,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, BinaryIO
 
-from gmpmon.errors import RecordingError
+from gmpmon.errors import GmpmonError, RecordingError
 from gmpmon.events import Batch, EventTuple, Header
 from gmpmon.files import open_private
 from gmpmon.priority import name_thread
@@ -47,8 +48,16 @@ END_TAG = b"GE"
 BATCH_FRAME = struct.Struct("<2sIIQQI")  # tag, len, n_events, first_ts, last_ts, crc
 END_FRAME = struct.Struct("<2sII")  # tag, batches, crc
 MAX_FRAME = 64 << 20  # bytes of compressed payload; a hostile length stops the reader here
-MAX_EVENTS = 16 << 20  # per batch (decompressed size is bounded by this too)
+# Events per batch: the writer splits a bigger batch, the reader stops at one. A batch is
+# decoded whole (a tuple per event, ~250 B each): 2^19 keeps one under ~130 MB. It was 16M,
+# and a 514 KB recording claiming 16M events took 2.6 GB to replay.
+MAX_EVENTS = 1 << 19
+# A payload inflates to at most this many times its own size (and at least 1 MiB may come
+# of it): capture's batches inflate 2-14x; a zlib bomb of zeros ~1000x.
+MAX_RATIO = 128
+MAX_STACKS_JSON = 16 << 20  # a batch's stacks table, before json.loads
 MAX_HEADER = 16 << 20
+MAX_GOMAXPROCS = 1 << 16  # a header's gomaxprocs sizes the model's per-P state
 BACKLOG_EVENTS = 100_000  # background writer: events handed on but not yet written (~27 MB)
 ZLIB_LEVEL = 1  # 1.9 M events/s at 1.7 B/event; level 6: 1.3 M/s at 1.4 B/event
 
@@ -142,9 +151,10 @@ def decode_batch(payload: bytes, n_expected: int) -> Batch:
     if n_expected > MAX_EVENTS:
         raise ValueError("too many events")
     d = zlib.decompressobj()
-    raw = d.decompress(payload, 64 * n_expected + MAX_HEADER)
+    cap = min(64 * n_expected + MAX_HEADER, max(MAX_RATIO * len(payload), 1 << 20))
+    raw = d.decompress(payload, cap)
     if d.unconsumed_tail or not d.eof:
-        raise ValueError("payload does not decompress to one batch")
+        raise ValueError("payload does not decompress to one batch within its bounds")
     r = _Reader(raw)
     (n,) = struct.unpack("<I", r.take(4))
     if n != n_expected:
@@ -164,12 +174,16 @@ def decode_batch(payload: bytes, n_expected: int) -> Batch:
     (slen,) = struct.unpack("<I", r.take(4))
     stacks: dict[int, tuple[str, ...]] = {}
     if slen:
+        if slen > MAX_STACKS_JSON:
+            raise ValueError(f"stacks table of {slen} bytes")
         obj = json.loads(r.take(slen))
         if not isinstance(obj, dict):
             raise ValueError("stacks table is not an object")
         for k, v in obj.items():
             if not isinstance(v, list) or not all(isinstance(f, str) for f in v):
                 raise ValueError("bad stack")
+            if not isinstance(k, str) or not k.lstrip("-").isdigit() or len(k) > 20:
+                raise ValueError("bad stack id")
             stacks[int(k)] = tuple(v)
     if r.pos != len(raw):
         raise ValueError("trailing bytes in batch")
@@ -182,6 +196,31 @@ def header_to_json(header: Header, extra: dict[str, Any] | None = None) -> bytes
     return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
 
 
+# Header field types as written (events.Header's annotations): every field read is checked
+# against its type, so that a hostile header is one line, not a TypeError deep in the model.
+_HEADER_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Header)}
+
+
+def _check_header_field(name: str, v: Any) -> Any:
+    t = _HEADER_TYPES[name]
+    if t == "tuple[str, ...]":
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ValueError(f"header field {name} is not a list of strings")
+        return tuple(v)
+    ok = {
+        "int": isinstance(v, int) and not isinstance(v, bool),
+        "str": isinstance(v, str),
+        "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+    }.get(t, True)
+    if not ok:
+        raise ValueError(f"header field {name} is not of type {t}")
+    if t == "int" and not -(1 << 63) <= v < 1 << 64:
+        raise ValueError(f"header field {name} does not fit in 64 bits")
+    if t == "float" and not math.isfinite(v):
+        raise ValueError(f"header field {name} is not a finite number")
+    return v
+
+
 def header_from_json(raw: bytes) -> tuple[Header, dict[str, Any]]:
     d = json.loads(raw)
     if not isinstance(d, dict):
@@ -190,12 +229,9 @@ def header_from_json(raw: bytes) -> tuple[Header, dict[str, Any]]:
     for f in fields(Header):
         if f.name not in d:
             continue
-        v = d[f.name]
-        if isinstance(v, list):
-            if not all(isinstance(x, str) for x in v):
-                raise ValueError(f"header field {f.name} is not a list of strings")
-            v = tuple(v)
-        kw[f.name] = v
+        kw[f.name] = _check_header_field(f.name, d[f.name])
+    if not 0 < kw.get("gomaxprocs", 1) <= MAX_GOMAXPROCS:
+        raise ValueError(f"header field gomaxprocs {kw['gomaxprocs']} is implausible")
     for need, typ in (
         ("pid", int),
         ("exe", str),
@@ -288,6 +324,11 @@ class RecordingWriter:
             self._cv.notify_all()
 
     def _frame(self, batch: Batch) -> None:
+        if len(batch.events) > MAX_EVENTS:  # a reader refuses bigger batches: split
+            ev = batch.events
+            for i in range(0, len(ev), MAX_EVENTS):
+                self._frame(Batch(ev[i : i + MAX_EVENTS], batch.stacks if i == 0 else {}))
+            return
         payload, n, first, last = encode_batch(batch)
         head = BATCH_FRAME.pack(BATCH_TAG, len(payload), n, first, last, 0)[:-4]
         crc = zlib.crc32(payload, zlib.crc32(head[2:]))
@@ -411,7 +452,8 @@ class Recording:
                     return
                 try:
                     batch = decode_batch(payload, n)
-                except (ValueError, zlib.error, struct.error, UnicodeDecodeError) as e:
+                except (ValueError, zlib.error, struct.error, UnicodeDecodeError,
+                        RecursionError, OverflowError, MemoryError) as e:
                     self._stop(pos, f"undecodable batch {self.batches_read + 1} at byte {pos}: {e}")
                     return
                 self.batches_read += 1
@@ -423,6 +465,21 @@ class Recording:
     def _stop(self, pos: int, why: str) -> None:
         self.stopped_at = pos
         self.error = why
+
+
+@contextlib.contextmanager
+def content_checked(path: str) -> Iterator[None]:
+    """Around everything a replay or an export does with a recording's events: a recording
+    is not trusted, and whatever its content makes fail (past the checks of its frames and
+    header) ends in one line and RecordingError's exit (9), never a traceback."""
+    try:
+        yield
+    except (GmpmonError, OSError):  # said as they are (an output that cannot be written)
+        raise
+    except (Exception, MemoryError, RecursionError) as e:
+        raise RecordingError(
+            f"{path}: malformed recording content ({type(e).__name__}: {e})"[:300]
+        ) from e
 
 
 def read_recording(path: str) -> Recording:
@@ -451,7 +508,7 @@ def read_recording(path: str) -> Recording:
                 raise RecordingError(f"{path}: corrupt recording header (checksum mismatch)")
             try:
                 header, extra = header_from_json(raw)
-            except (ValueError, TypeError, RecursionError) as e:
+            except (ValueError, TypeError, RecursionError, OverflowError) as e:
                 raise RecordingError(f"{path}: corrupt recording header ({e})") from None
             return Recording(path, header, extra, f.tell())
     except IsADirectoryError:

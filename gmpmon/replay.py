@@ -17,6 +17,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from operator import itemgetter
 
+from gmpmon.errors import RecordingError
 from gmpmon.events import Batch, EventTuple, Header
 from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
@@ -41,6 +42,13 @@ def replay_all(
         model.feed(batch)
     model.flush()
     return snapshot_with_findings(model)
+
+
+def check_damage(rec: Recording) -> None:
+    """A recording damaged at its very first batch has nothing to replay: RecordingError
+    (exit 9). Damage later on is a note (:func:`stop_note`): the good batches were used."""
+    if rec.error is not None and rec.batches_read == 0:
+        raise RecordingError(f"{rec.path}: {rec.error}; no good batch before it")
 
 
 def stop_note(rec: Recording) -> str | None:

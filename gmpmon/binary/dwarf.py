@@ -10,6 +10,9 @@ only if it really is a structure type of that name. The walk is the fallback.
 from __future__ import annotations
 
 import io
+import mmap
+import struct
+import zlib
 from typing import Any
 
 from gmpmon.errors import BinaryFormatError
@@ -190,12 +193,96 @@ def _find_structs(dwarf: Any, names: set[str]) -> dict[str, Any]:
     return found
 
 
-def read_offsets(data: bytes, path: str) -> dict[str, int] | None:
-    """{"runtime.g.goid": 152, ...} from DWARF, or None when the binary has no DWARF."""
+# What DWARF may take (the binary is not trusted): each debug section, compressed or not,
+# and all of them together. Go's own .debug_info is a few MB (~60 MB for the largest
+# programs); a SHF_COMPRESSED section claiming 3 GiB used to be inflated whole (6.3 GB, 35 s).
+MAX_DWARF_SECTION = 128 << 20
+MAX_DWARF_TOTAL = 256 << 20
+_ELFCOMPRESS_ZLIB = 1
+
+
+def _bounded_elffile(stream: Any, path: str) -> Any:
+    """A pyelftools ELFFile whose DWARF sections are read within the caps above: every
+    size is checked before anything is read or inflated, and an inflated stream must end
+    exactly where its header said."""
+    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor
     from elftools.elf.elffile import ELFFile
 
+    def over(name: str, size: int, cap: int, what: str) -> BinaryFormatError:
+        return BinaryFormatError(
+            f"{path}: DWARF section {name} {what} {size >> 20} MiB, over gmpmon's cap of "
+            f"{cap >> 20} MiB; refusing to read it",
+            hint="a damaged or hostile binary; rebuild it, or strip its DWARF (-ldflags=-w)",
+        )
+
+    taken = [0]
+
+    def take(name: str, size: int, what: str) -> None:
+        if size > MAX_DWARF_SECTION:
+            raise over(name, size, MAX_DWARF_SECTION, what)
+        if taken[0] + size > MAX_DWARF_TOTAL:
+            raise over(name, taken[0] + size, MAX_DWARF_TOTAL, "would bring DWARF to")
+        taken[0] += size
+
+    class Bounded(ELFFile):
+        def _read_dwarf_section(self, section: Any, relocate_dwarf_sections: bool) -> Any:
+            name = section.name
+            take(name, section["sh_size"], "is")
+            self.stream.seek(section["sh_offset"])
+            raw = self.stream.read(section["sh_size"])
+            if section.compressed:
+                hdr = 24 if self.elfclass == 64 else 12
+                if len(raw) < hdr:
+                    raise BinaryFormatError(f"{path}: DWARF section {name} is truncated")
+                ctype, csize = (struct.unpack_from("<IxxxxQ", raw) if hdr == 24
+                                else struct.unpack_from("<II", raw))
+                if ctype != _ELFCOMPRESS_ZLIB:
+                    raise BinaryFormatError(f"{path}: DWARF section {name}: compression "
+                                            f"type {ctype} is not zlib")
+                take(name, csize, "inflates to")
+                data = _inflate(raw[hdr:], csize, name, path)
+            else:
+                data = raw
+            return DebugSectionDescriptor(
+                stream=io.BytesIO(data), name=name, global_offset=section["sh_offset"],
+                size=len(data), address=section["sh_addr"],
+            )
+
+        @staticmethod
+        def _decompress_dwarf_section(section: DebugSectionDescriptor
+                                      ) -> DebugSectionDescriptor:  # old-style .zdebug_*
+            section.stream.seek(0)
+            head = section.stream.read(12)
+            if len(head) < 12 or head[:4] != b"ZLIB":
+                raise BinaryFormatError(f"{path}: DWARF section {section.name}: bad .zdebug")
+            size = struct.unpack(">Q", head[4:])[0]
+            take(section.name, size, "inflates to")
+            data = _inflate(section.stream.read(), size, section.name, path)
+            return section._replace(stream=io.BytesIO(data), size=len(data))
+
+    return Bounded(stream)
+
+
+def _inflate(comp: bytes, size: int, name: str, path: str) -> bytes:
+    d = zlib.decompressobj()
     try:
-        elf = ELFFile(io.BytesIO(data))
+        out = d.decompress(comp, size + 1)  # never more than the header claims (+1 to tell)
+    except zlib.error as e:
+        raise BinaryFormatError(f"{path}: DWARF section {name}: damaged zlib ({e})") from e
+    if len(out) != size or not d.eof:
+        raise BinaryFormatError(
+            f"{path}: DWARF section {name} does not inflate to the {size} bytes it claims"
+        )
+    return out
+
+
+def read_offsets(data: bytes, path: str) -> dict[str, int] | None:
+    """{"runtime.g.goid": 152, ...} from DWARF, or None when the binary has no DWARF.
+    ``data`` may be an mmap of the file (binary/load.py): it is read as a stream, never
+    copied whole, and DWARF takes at most MAX_DWARF_TOTAL."""
+    try:
+        stream = data if isinstance(data, mmap.mmap) else io.BytesIO(data)
+        elf = _bounded_elffile(stream, path)
         if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_info") is None:
             return None
         dwarf = elf.get_dwarf_info()

@@ -25,6 +25,11 @@ STT_OBJECT = 1
 STT_FUNC = 2
 R_X86_64_RELATIVE = 8
 
+# The most one read of the file may copy (a section, a symbol or string table): the file is
+# mapped, not read (binary/load.py), so this bounds what a binary costs. Go's largest tables
+# (.gopclntab, .symtab, .strtab of a 150 MB program) are tens of MB.
+MAX_TABLE = 256 << 20
+
 # e_machine -> GOARCH, for naming what we refuse.
 MACHINES: dict[int, str] = {
     3: "386",
@@ -70,7 +75,8 @@ class Symbol:
 
 
 class Elf:
-    """An ELF file held in memory. Every accessor checks bounds against the file."""
+    """An ELF file held in memory (bytes, or an mmap of the file). Every accessor checks
+    bounds against the file, and no read copies more than MAX_TABLE."""
 
     def __init__(self, data: bytes, path: str = "<bytes>") -> None:
         self.data = data
@@ -120,6 +126,12 @@ class Elf:
     def bytes_at(self, off: int, size: int, what: str) -> bytes:
         if off < 0 or size < 0 or off + size > len(self.data):
             raise BinaryFormatError(f"{self.path}: truncated ELF ({what} out of the file)")
+        if size > MAX_TABLE:
+            raise BinaryFormatError(
+                f"{self.path}: {what} is {size >> 20} MiB, over gmpmon's cap of "
+                f"{MAX_TABLE >> 20} MiB; refusing to read it",
+                hint="a damaged or hostile binary",
+            )
         return self.data[off : off + size]
 
     def _read_segments(self, phoff: int, phentsize: int, phnum: int) -> tuple[Segment, ...]:

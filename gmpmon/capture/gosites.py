@@ -23,6 +23,7 @@ import threading
 
 from gmpmon.binary.elf import Elf
 from gmpmon.binary.info import BinaryInfo
+from gmpmon.binary.load import read_file_stat
 from gmpmon.binary.pcline import LineTable, short_path
 from gmpmon.binary.probes import disasm_lite
 from gmpmon.errors import GmpmonError
@@ -146,8 +147,8 @@ class GoSites:
         if not self._lines_tried:
             self._lines_tried = True
             try:
-                with open(self.info.path, "rb") as f:
-                    elf = Elf(f.read(), self.info.path)
+                # Mapped, not read whole: an executable padded to gigabytes costs nothing.
+                elf = Elf(read_file_stat(self.info.path)[0], self.info.path)
                 self._lines = LineTable(elf)
                 text = elf.section(".text")
                 if text is not None:

@@ -292,8 +292,8 @@ class PerfSampler:
         if self._bt is None:
             self._bt = BinaryText(self.info.path)
         off = self._bt.file_offset(vaddr)
-        if off is None:
-            return b""
+        if off is None or not 0 <= off < 1 << 62 or not 0 <= size <= 64:
+            return b""  # a hostile segment table; os.pread would raise OverflowError
         try:
             if self._exe is None:
                 self._exe = open(self.info.path, "rb")  # noqa: SIM115 - closed in close()

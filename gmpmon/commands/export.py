@@ -61,8 +61,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from gmpmon.export.base import export_recording
     from gmpmon.export.registry import make_exporter
-    from gmpmon.record import read_recording
-    from gmpmon.replay import stop_note
+    from gmpmon.record import content_checked, read_recording
+    from gmpmon.replay import check_damage, stop_note
 
     if args.format == "pprof" and args.what in ("mutex", "cpu") and args.weight == "wait":
         pass
@@ -74,18 +74,21 @@ def run(args: argparse.Namespace) -> int:
     if not to_stdout:
         check_output_path(args.output)
     rec = read_recording(args.file)
-    exporter = make_exporter(args.format, rec.header, what=args.what, weight=args.weight)
-    export_recording(rec, exporter)
+    with content_checked(args.file):
+        exporter = make_exporter(args.format, rec.header, what=args.what, weight=args.weight)
+        export_recording(rec, exporter)
+        data = exporter.render() if to_stdout else b""
+    check_damage(rec)
     note = stop_note(rec)
     if note:
         print(f"gmpmon: {note}", file=sys.stderr)
     if to_stdout:
-        data = exporter.render()
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         where, size = "standard output", len(data)
     else:
-        exporter.write(args.output)
+        with content_checked(args.file):
+            exporter.write(args.output)
         where, size = args.output, os.path.getsize(args.output)
     # On stderr, so that `-o -` keeps standard output for the data alone.
     print(f"gmpmon: wrote {args.format} to {where} ({size:,} bytes)", file=sys.stderr)

@@ -47,8 +47,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gmpmon.record import read_recording
-    from gmpmon.replay import ReplaySource, stop_note
+    from gmpmon.record import content_checked, read_recording
+    from gmpmon.replay import ReplaySource, check_damage, stop_note
 
     if args.summary_json:
         check_output_path(args.summary_json)
@@ -70,20 +70,26 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     rec = read_recording(args.file)
-    snap = _replay(rec, args.interval, sys.stdout.write)
+    with content_checked(args.file):
+        snap = _replay(rec, args.interval, sys.stdout.write)
+        report = None
+        if args.report or not args.summary_json:
+            from gmpmon.report import text_report
+
+            report = text_report(snap)
+        if args.summary_json:
+            from gmpmon.export.json import JsonExporter
+
+            ex = JsonExporter(rec.header)
+            ex.add(snap)
+            check_damage(rec)
+            ex.write(args.summary_json)
+    check_damage(rec)
     note = stop_note(rec)
     if note:
         print(f"gmpmon: {note}", file=sys.stderr)
-    if args.summary_json:
-        from gmpmon.export.json import JsonExporter
-
-        ex = JsonExporter(rec.header)
-        ex.add(snap)
-        ex.write(args.summary_json)
-    if args.report or not args.summary_json:
-        from gmpmon.report import text_report
-
-        sys.stdout.write(text_report(snap))
+    if report is not None:
+        sys.stdout.write(report)
     return 0
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from gmpmon.binary.buildinfo import read_buildinfo_version
 from gmpmon.binary.elf import Elf
 from gmpmon.capture.cgroup import parse_proc_cgroup
-from gmpmon.errors import GmpmonError
+from gmpmon.errors import GmpmonError, NotGoError, UnsupportedError
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 ExeKey = tuple[int, int, int, int, int]
@@ -120,7 +120,13 @@ def go_version_of(path: str) -> str | None:
                 if elf.section(".go.buildinfo") is None:
                     return None
                 return read_buildinfo_version(elf)
-    except (OSError, ValueError, GmpmonError):
+    except (NotGoError, UnsupportedError):
+        return None
+    except GmpmonError:
+        # Damaged section headers or build info: maybe a Go program someone tampered with.
+        # Listed ("?"), and `ps` says on its line why it cannot be read; never left out.
+        return "?"
+    except (OSError, ValueError):
         return None
 
 

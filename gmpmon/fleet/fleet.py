@@ -61,6 +61,7 @@ class Fleet:
         self.cache = InfoCache(readers_only=mode not in PROBE_MODES)
         self.watches: dict[int, AnyWatch] = {}
         self._refused: dict[int, str] = {}  # pid -> why it is not watched (said once)
+        self._said: dict[int, int] = {}  # pid -> how many of its watch's missing lines said
         self._readings: list[ProcessReading] = []
         self.scrape_errors = 0
         self._lock = threading.Lock()
@@ -107,6 +108,7 @@ class Fleet:
                 continue
             for line in made.missing:
                 self.say(f"process {pid} ({gp.exe_name}): {line}")
+            self._said[pid] = len(made.missing)
             self.watches[pid] = made
         # Forget refusals of pids that are gone: a new process may reuse the pid.
         for pid in [p for p in self._refused if not exists(p)]:
@@ -136,8 +138,12 @@ class Fleet:
         if sample_ps_only:
             return
         readings = []
-        for w in self.watches.values():
+        for pid, w in self.watches.items():
             r = w.reading()
+            said = self._said.get(pid, 0)
+            for line in w.missing[said:]:  # a reader stopped mid-run: said once
+                self.say(f"process {pid} ({w.proc.exe_name}): {line}")
+            self._said[pid] = len(w.missing)
             if not r.up:
                 self.scrape_errors += 1
                 continue  # its series go at once; the next rescan drops the watch

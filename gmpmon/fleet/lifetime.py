@@ -101,6 +101,8 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
         if not exists(proc.pid):
             return None
         return LifetimeStats(proc, None, None, None, None, note="memory unreadable")
+    except GmpmonError as e:  # an implausible pointer or count (capture/targetmem.py)
+        return LifetimeStats(proc, None, None, None, None, note=e.one_line())
     finally:
         mem.close()
 

@@ -53,6 +53,7 @@ class ProbedWatch:
         if not self.has_handoffs:
             self.missing.append(f"P hand-offs not counted: {cap.plan.missing['handoffp']}")
         self._snap: Snapshot | None = None
+        self._failed: list[str] = []
 
     def close(self) -> None:
         """Detach every probe (idempotent)."""
@@ -73,6 +74,9 @@ class ProbedWatch:
         if self.down_reason is not None:
             self.session.close()  # the probes go now, not at the next rescan
             return
+        for line, _ in s.capture.failures()[len(self._failed):]:  # a reader stopped mid-run
+            self._failed.append(line)
+            self.missing.append(line)
         self._snap = s.latest()
 
     def sample_ps(self, now: int) -> None:

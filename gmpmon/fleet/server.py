@@ -7,9 +7,12 @@ Accept headers); this module only decides what may be asked: GET or HEAD of ``/m
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
+import sys
 import threading
+import time
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -34,8 +37,17 @@ def parse_listen(spec: str) -> tuple[str, int]:
     return host, port
 
 
+# At most this many connections are served at once (a thread each). Past it, the connection
+# that has waited longest for its request to arrive is closed to make room: 500 slow
+# clients cannot crowd out a scrape, whose request comes in one packet. A request must
+# arrive within REQUEST_TIMEOUT_S, and no read or write of a connection may stall longer.
+MAX_CONNECTIONS = 64
+REQUEST_TIMEOUT_S = 5.0
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: bursts of connections wait, not drop
 
     def __init__(self, addr: tuple[str, int], handler: Any) -> None:
         try:
@@ -45,7 +57,46 @@ class _Server(ThreadingHTTPServer):
         except ValueError:
             family = socket.AF_INET  # a host name: bind resolves it
         self.address_family = family
+        self._lock = threading.Lock()
+        # Connections being served -> (accepted at, its request has been read).
+        self._open: dict[socket.socket, list[Any]] = {}
+        self.evicted = 0
         super().__init__(addr, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            if len(self._open) >= MAX_CONNECTIONS:
+                waiting = [(v[0], s) for s, v in self._open.items() if not v[1]]
+                if not waiting:  # every slot is writing a response: refuse this one
+                    self.shutdown_request(request)
+                    return
+                _, oldest = min(waiting, key=lambda w: w[0])
+                del self._open[oldest]
+                self.evicted += 1
+                with contextlib.suppress(OSError):
+                    oldest.shutdown(socket.SHUT_RDWR)  # its thread ends on the closed socket
+            self._open[request] = [time.monotonic(), False]
+        super().process_request(request, client_address)
+
+    def request_read(self, request: Any) -> None:
+        with self._lock:
+            v = self._open.get(request)
+            if v is not None:
+                v[1] = True
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._open.pop(request, None)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away, timed out or was closed to make room: nothing to say
+        (socketserver printed a traceback for each). Anything else: one line."""
+        e = sys.exc_info()[1]
+        if isinstance(e, OSError):
+            return
+        print(f"gmpmon: serve: a request from {client_address[0]} failed: "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
 
 
 def serve_registry(registry: CollectorRegistry, host: str, port: int) -> _Server:
@@ -55,6 +106,21 @@ def serve_registry(registry: CollectorRegistry, host: str, port: int) -> _Server
 
     class Handler(base):  # type: ignore[misc, valid-type]
         server_version = "gmpmon"
+        timeout = REQUEST_TIMEOUT_S  # per read and write of the connection
+
+        def setup(self) -> None:
+            super().setup()
+            # The whole request (line and headers) within REQUEST_TIMEOUT_S, not per read:
+            # a client trickling a byte a second would otherwise hold its thread forever.
+            self._deadline = time.monotonic() + REQUEST_TIMEOUT_S
+
+        def parse_request(self) -> bool:
+            ok: bool = super().parse_request()
+            if time.monotonic() > self._deadline:
+                self.close_connection = True
+                return False
+            self.server.request_read(self.request)
+            return ok
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
