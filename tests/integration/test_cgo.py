@@ -4,9 +4,9 @@ libc), in full and sample mode, against the runtime's own view of the same run.
 C calls go through runtime.cgocall, which enters and leaves a syscall: the runtime/trace
 records each as Running->Syscall; runtime.NumCgoCall() counts the calls themselves. The
 trace has no event per handoffp (its Syscall->Runnable, a call that came back without its P,
-outnumbers handoffp ~1.7x here: HACKING.md), so hand-offs are checked against the kernel's
-own count of runtime.handoffp entries: a tracefs uprobe, independent of gmpmon's BPF, on
-the same process.
+outnumbers sysmon's retakes ~1.7x here: HACKING.md), so hand-offs are checked against the
+kernel's own count of runtime.handoffp entries: a tracefs uprobe, independent of gmpmon's
+BPF, on the same process.
 """
 
 from __future__ import annotations
