@@ -221,12 +221,14 @@ def test_cgo_pinning_locked_thread_handoffs(tmp: Path) -> None:
 
 # ---------------------------------------------------------------- cpu-throttled, own cgroup
 
-def cpu_hierarchy() -> tuple[int, Path]:
+def cpu_hierarchy(mountinfo: str | None = None) -> tuple[int, Path]:
     """(cgroup version, mount point) of the hierarchy holding the CPU controller: a v1
     ``cpu`` mount if there is one (hybrid hosts: gmpmon reads v1 there too), else the
-    cgroup2 mount whose root offers ``cpu``."""
+    cgroup2 mount whose root offers ``cpu``. ``mountinfo``: /proc/self/mountinfo's text."""
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
     v2 = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+    for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
         point, (fstype, *rest) = Path(left.split()[4]), right.split()
         if fstype == "cgroup" and "cpu" in rest[-1].split(","):
