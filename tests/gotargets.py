@@ -62,6 +62,11 @@ CI_EXTRA: tuple[tuple[str, str], ...] = (("1.27", "nodwarf"), ("1.27", "pie"))
 
 WORKLOADS: tuple[str, ...] = tuple(sorted(p.parent.name for p in TARGETS_SRC.glob("*/main.go")))
 
+# Workloads built with cgo (CGO_ENABLED=1, gcc): dynamically linked, threads from
+# pthread_create, C calls through runtime.cgocall. Every other workload is pure Go
+# (CGO_ENABLED=0: static, as most Go servers ship).
+CGO_WORKLOADS: frozenset[str] = frozenset({"cgocall"})
+
 
 class GoToolchainError(RuntimeError):
     pass
@@ -89,11 +94,11 @@ def matrix() -> list[tuple[str, str]]:
     return pairs
 
 
-def _go_env() -> dict[str, str]:
+def _go_env(cgo: bool = False) -> dict[str, str]:
     env = dict(os.environ)
     env["GOTOOLCHAIN"] = "local"
     env["GOFLAGS"] = "-mod=mod"
-    env.setdefault("CGO_ENABLED", "0")
+    env["CGO_ENABLED"] = "1" if cgo else "0"
     # root's HOME may be unset under sudo/CI; Go needs somewhere for its build cache.
     if "GOCACHE" not in env and not env.get("HOME"):
         env["GOCACHE"] = str(REPO / "build" / "gocache")
@@ -143,6 +148,8 @@ def _lock(path: Path) -> IO[str]:
 def source_hash(name: str, version: str, mode: str) -> str:
     h = hashlib.sha256()
     h.update(f"{version}\0{mode}\0{MODE_FLAGS[mode]}\0".encode())
+    if name in CGO_WORKLOADS:
+        h.update(b"cgo\0")
     files = [TARGETS_SRC / "go.mod"]
     files += sorted((TARGETS_SRC / name).rglob("*.go"))
     files += sorted((TARGETS_SRC / name).rglob("*.s"))  # assembly (cpuprof)
@@ -179,7 +186,8 @@ def build(name: str, go: str = "1.27", mode: str = "default") -> Path:
         tmp = Path(tmp_name)
         try:
             cmd = [str(gobin), "build", "-trimpath", *MODE_FLAGS[mode], "-o", str(tmp), f"./{name}"]
-            r = subprocess.run(cmd, cwd=TARGETS_SRC, env=_go_env(), capture_output=True, text=True)
+            r = subprocess.run(cmd, cwd=TARGETS_SRC, env=_go_env(cgo=name in CGO_WORKLOADS),
+                               capture_output=True, text=True)
             if r.returncode != 0:
                 raise GoToolchainError(
                     f"go{go} {mode} build of {name} failed:\n{r.stdout}{r.stderr}"

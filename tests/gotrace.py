@@ -8,7 +8,8 @@ lines after it. ``parse_trace`` streams that text once and keeps what the tests 
 - ``stw``: (name, begin, end) of every stop-the-world range; ``gc_stw_ns`` sums the GC ones;
 - ``latencies``: for each G that became Runnable (from Waiting, NotExist or Running) and then
   ran, the time in between, with where it came from: the trace's scheduling latency;
-- ``starts_by_p``: Runnable->Running per P; ``created``; ``parks`` by wait reason.
+- ``starts_by_p``: Runnable->Running per P; ``created``; ``parks`` by wait reason;
+  ``transitions``: every goroutine state transition, counted by (from, to).
 
 Times are the runtime's nanotime (CLOCK_MONOTONIC), the clock gmpmon's BPF timestamps use.
 """
@@ -35,6 +36,9 @@ class TraceFacts:
     starts_by_p: Counter[int] = field(default_factory=Counter)
     created: int = 0
     parks: Counter[str] = field(default_factory=Counter)
+    # every goroutine transition, (from, to): ("Running", "Syscall") is a syscall or cgo call
+    # entered, ("Syscall", "Runnable") one left without a P (it was retaken meanwhile)
+    transitions: Counter[tuple[str, str]] = field(default_factory=Counter)
     first_ns: int = 0
     last_ns: int = 0
 
@@ -83,6 +87,7 @@ def parse_trace(path: Path) -> TraceFacts:
                 if t is None:
                     continue  # a P's transition (ProcID=...)
                 goid, old, new, reason = int(t.group(1)), t.group(2), t.group(3), t.group(4)
+                facts.transitions[(old, new)] += 1
                 if new == "Runnable":
                     if old in ("Waiting", "NotExist", "Running"):
                         runnable_at[goid] = (old, ts)

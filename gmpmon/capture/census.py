@@ -177,6 +177,11 @@ class Census:
         names = self._names
         i_status = names.index("status")
         i_reason = names.index("reason")
+        # Go 1.26+: _Gdeadextra, the idle g of a cgo program's extra M (kept for callbacks
+        # from C threads): dead to the runtime (gcount leaves it out), not a goroutine.
+        st = self.info.g_status
+        extra = "waiting for cgo callback"
+        dead_extra = st.index(extra) if extra in st else -1
         i_since = names.index("since") if "since" in names else -1
         i_gopc = names.index("gopc") if "gopc" in names else -1
         i_start = names.index("startpc") if "startpc" in names else -1
@@ -204,7 +209,7 @@ class Census:
                 row = unpack(buf, gp - first)
                 self._walked += 1
                 status = row[i_status] & ~GSCAN
-                if status == G_DEAD:
+                if status in (G_DEAD, dead_extra):
                     continue
                 startpc = row[i_start] if i_start >= 0 else 0
                 system = system_of.get(startpc)

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -85,13 +86,25 @@ def test_root_without_capabilities_fails_privileges() -> None:
     assert r.stderr.startswith("gmpmon: cannot attach: privileges")
 
 
-def _nobody_python(setpriv: str) -> tuple[str, dict[str, str]] | None:
-    """An interpreter uid 65534 can run gmpmon with: ours, or Debian's with our paths."""
+def _nobody_python(setpriv: str, spare: Path) -> tuple[str, dict[str, str]] | None:
+    """An interpreter uid 65534 can run gmpmon with: ours, or Debian's with our paths, or
+    Debian's with a world-readable copy of the gmpmon package in `spare` (a checkout under
+    a 0700 home, as a CI clone may be: doctor needs only the standard library)."""
     drop = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--")
     site = next(Path(sys.prefix, "lib").glob("python3*/site-packages"), None)
     tries: list[tuple[str, dict[str, str]]] = [(sys.executable, {})]
     if site is not None:
         tries.append(("/usr/bin/python3", {"PYTHONPATH": f"{REPO}:{site}"}))
+    spare.chmod(0o755)
+    shutil.copytree(REPO / "gmpmon", spare / "gmpmon",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for d in (spare, *spare.rglob("*")):
+        d.chmod(0o755 if d.is_dir() else 0o644)
+    for parent in spare.parents:
+        if not parent.stat().st_mode & 0o001:
+            break
+    else:
+        tries.append(("/usr/bin/python3", {"PYTHONPATH": str(spare)}))
     for python, env in tries:
         r = subprocess.run(
             [*drop, python, "-c", "import gmpmon.doctor"],
@@ -108,11 +121,14 @@ def _nobody_python(setpriv: str) -> tuple[str, dict[str, str]] | None:
 @pytest.mark.bpf
 def test_non_root_user_fails_privileges() -> None:
     setpriv = shutil.which("setpriv")
-    assert setpriv
-    found = _nobody_python(setpriv)
-    if found is None:
-        pytest.skip("no Python interpreter and gmpmon checkout readable by uid 65534 here")
-    python, env = found
+    assert setpriv, "setpriv (util-linux) is part of Debian's base system"
+    with tempfile.TemporaryDirectory(prefix="gmpmon-nobody-", dir="/tmp") as spare:
+        found = _nobody_python(setpriv, Path(spare))
+        assert found is not None, "no Python interpreter and gmpmon copy uid 65534 can read"
+        _non_root_user_fails_privileges(setpriv, *found)
+
+
+def _non_root_user_fails_privileges(setpriv: str, python: str, env: dict[str, str]) -> None:
     r = doctor(
         env=env,
         python=python,

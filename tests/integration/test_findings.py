@@ -9,6 +9,7 @@ cpu-throttled runs its workload in a cgroup v1 CPU controller child it creates a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,7 +27,6 @@ from tests.gotargets import build
 
 GM = [sys.executable, "-m", "gmpmon"]
 GO = "1.27"
-CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 _RUNS: dict[tuple[str, str, int, tuple[str, ...]], dict[str, Any]] = {}
 
 
@@ -221,20 +221,46 @@ def test_cgo_pinning_locked_thread_handoffs(tmp: Path) -> None:
 
 # ---------------------------------------------------------------- cpu-throttled, own cgroup
 
+def cpu_hierarchy(mountinfo: str | None = None) -> tuple[int, Path]:
+    """(cgroup version, mount point) of the hierarchy holding the CPU controller: a v1
+    ``cpu`` mount if there is one (hybrid hosts: gmpmon reads v1 there too), else the
+    cgroup2 mount whose root offers ``cpu``. ``mountinfo``: /proc/self/mountinfo's text."""
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    v2 = None
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        point, (fstype, *rest) = Path(left.split()[4]), right.split()
+        if fstype == "cgroup" and "cpu" in rest[-1].split(","):
+            return 1, point
+        if fstype == "cgroup2" and v2 is None:
+            v2 = point
+    if v2 is not None and "cpu" in (v2 / "cgroup.controllers").read_text().split():
+        return 2, v2
+    raise AssertionError("no cgroup CPU controller mounted (neither v1 cpu nor cgroup2 cpu)")
+
+
 @pytest.fixture
-def v1_cpu_cgroup() -> Iterator[Path]:
-    """A child of the v1 cpu controller limited to 0.2 CPU; removed afterwards."""
-    if not (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists():
-        pytest.skip("no cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
-    cg = CGROUP_V1_CPU / f"gmpmon-test-{uuid.uuid4().hex[:8]}"
+def cpu_cgroup() -> Iterator[Path]:
+    """A child cgroup limited to 0.2 CPU (v1 cfs quota, or v2 cpu.max); removed afterwards.
+    v2: the child hangs off the mount's root, which may enable +cpu for its children while
+    holding processes (the root is exempt from the no-internal-processes rule)."""
+    version, root = cpu_hierarchy()
+    cg = root / f"gmpmon-test-{uuid.uuid4().hex[:8]}"
+    if version == 2 and "cpu" not in (root / "cgroup.subtree_control").read_text().split():
+        (root / "cgroup.subtree_control").write_text("+cpu\n")
     cg.mkdir()
     try:
-        (cg / "cpu.cfs_period_us").write_text("100000\n")
-        (cg / "cpu.cfs_quota_us").write_text("20000\n")
+        if version == 1:
+            (cg / "cpu.cfs_period_us").write_text("100000\n")
+            (cg / "cpu.cfs_quota_us").write_text("20000\n")
+        else:
+            (cg / "cpu.max").write_text("20000 100000\n")
         yield cg
     finally:
         for pid in (cg / "cgroup.procs").read_text().split():
-            (CGROUP_V1_CPU / "cgroup.procs").write_text(pid + "\n")  # back to the root
+            with contextlib.suppress(ProcessLookupError):  # it may have exited meanwhile
+                (root / "cgroup.procs").write_text(pid + "\n")  # back to the root
         for _ in range(50):
             try:
                 cg.rmdir()
@@ -244,10 +270,10 @@ def v1_cpu_cgroup() -> Iterator[Path]:
 
 
 @pytest.mark.bpf
-def test_cpu_throttled_in_its_own_v1_cgroup(tmp_path: Path, v1_cpu_cgroup: Path) -> None:
+def test_cpu_throttled_in_its_own_cgroup(tmp_path: Path, cpu_cgroup: Path) -> None:
     exe = tmp_path / "saturate"
     shutil.copy2(build("saturate", GO), exe)
-    procs = str(v1_cpu_cgroup / "cgroup.procs")
+    procs = str(cpu_cgroup / "cgroup.procs")
 
     def enter_cgroup() -> None:  # in the child, before exec: only the workload is limited
         with open(procs, "w") as f:
@@ -270,7 +296,7 @@ def test_cpu_throttled_in_its_own_v1_cgroup(tmp_path: Path, v1_cpu_cgroup: Path)
         target.wait()
     f = finding(doc, "cpu-throttled")
     ev = f["evidence"]
-    assert ev["cgroup_version"] == 1
+    assert ev["cgroup_version"] == (2 if (cpu_cgroup / "cpu.max").exists() else 1)
     assert (ev["quota_us"], ev["period_us"], ev["quota_cpus"]) == (20000, 100000, 0.2)
     assert ev["gomaxprocs"] == 2 and ev["go_reads_quota"] is True  # 1.27 reads quotas...
     assert "GOMAXPROCS=2 > quota 0.2 CPUs" in f["title"]  # ... but GOMAXPROCS was set

@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests import gotargets
 from tests.integration.test_capture import GM, env
-from tests.integration.test_findings import v1_cpu_cgroup  # noqa: F401 (a fixture)
+from tests.integration.test_findings import cpu_cgroup  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("GMPMON_REQUIRE_BPF"),
                                 reason="reads other processes' memory: needs root")
@@ -486,12 +486,12 @@ def test_a_real_prometheus_scrapes_serve(rt: Workload, tmp_path: Path) -> None:
 
 @needs_prometheus
 def test_prometheus_sees_the_findings_of_a_leak_and_a_throttled_process(
-        rt: Workload, tmp_path: Path, v1_cpu_cgroup: Path) -> None:  # noqa: F811
+        rt: Workload, tmp_path: Path, cpu_cgroup: Path) -> None:  # noqa: F811
     """Trap-free findings (runtime counters, census, cgroup files): a goroutine leak, and
     GOMAXPROCS=2 in a 0.2-CPU cgroup, each raised on its own process only; the healthy
     rtcounters beside them raises no warning."""
     leak = Workload(_copy("leak", tmp_path), "-t", "120s", "-rate", "200")
-    procs = str(v1_cpu_cgroup / "cgroup.procs")
+    procs = str(cpu_cgroup / "cgroup.procs")
 
     def enter_cgroup() -> None:  # in the child, before exec: only this workload is limited
         with open(procs, "w") as f:

@@ -90,8 +90,7 @@ def test_inspect_pid_json() -> None:
 @needs_root
 def test_target_in_another_mount_namespace(tmp_path: Path) -> None:
     """The executable's path exists only inside the target's mount namespace."""
-    if shutil.which("unshare") is None:
-        pytest.skip("no unshare(1)")
+    assert shutil.which("unshare"), "unshare(1) missing: util-linux (scripts/setup installs it)"
     src = tmp_path / "src"
     src.mkdir()
     shutil.copy(sleeper("default")[0], src / "app")

@@ -77,20 +77,13 @@ def header(info: Any) -> Header:
     )
 
 
-def without_globals(target: Target, *names: str) -> bool:
-    """True when the binary loader found none of these globals (a stripped build before
-    they can be found without .symtab): then the readers must say so, per feature."""
-    if all(n in target.info.globals for n in names):
-        return False
-    rc = RuntimeCounters(target.info, TargetMemory(target.proc.pid))
-    census = Census(target.info, TargetMemory(target.proc.pid))
-    said = {*rc.missing.values(), *census.missing.values()}
-    assert any(n in why for why in said for n in names), said
-    events: list[EventTuple] = []
-    rc.read(time.monotonic_ns(), events)
-    census.walk(events, {})
-    assert {e[1] for e in events} <= {Kind.RT_MISSING, Kind.RT_PTICK, Kind.RT_SCHED}
-    return True
+def require_globals(target: Target, *names: str) -> None:
+    """The loader found these globals, on every build mode: a stripped build's finders
+    failing is a failure here, never a quiet pass (test_missing_globals_are_said below
+    covers what the readers do without them)."""
+    missing = [n for n in names if n not in target.info.globals]
+    assert not missing, (f"{target.info.go_version}: globals not found: {missing} "
+                         f"(how the others were found: {target.info.global_how})")
 
 
 def model_view(info: Any, events: list[EventTuple], stacks: dict[int, tuple[str, ...]]
@@ -119,8 +112,7 @@ def metrics_hist_stats(counts: list[int]) -> tuple[int, int]:
 
 
 def test_latency_stw_mutex_match_runtime_metrics(target: Target) -> None:
-    if without_globals(target, "runtime.sched"):
-        return
+    require_globals(target, "runtime.sched")
     info = target.info
     mem = TargetMemory(target.proc.pid)
     rc = RuntimeCounters(info, mem)
@@ -183,8 +175,7 @@ def test_latency_stw_mutex_match_runtime_metrics(target: Target) -> None:
 
 
 def test_goroutine_count_and_census_of_parked_sets(target: Target) -> None:
-    if without_globals(target, "runtime.sched", "runtime.allgs", "runtime.allglen"):
-        return
+    require_globals(target, "runtime.sched", "runtime.allgs", "runtime.allglen")
     info = target.info
     mem = TargetMemory(target.proc.pid)
     count = int(target.ask("count", "count"))
@@ -212,8 +203,7 @@ def test_goroutine_count_and_census_of_parked_sets(target: Target) -> None:
 
 
 def test_census_cut_short_keeps_what_it_had(target: Target) -> None:
-    if without_globals(target, "runtime.allgs"):
-        return
+    require_globals(target, "runtime.allgs")
     mem = TargetMemory(target.proc.pid)
     census = Census(target.info, mem, max_goroutines=100)
     events: list[EventTuple] = []
@@ -255,3 +245,23 @@ def test_a_layout_that_does_not_fit_turns_the_counters_off(target: Target) -> No
         assert {e[1] for e in events} == {Kind.RT_MISSING}
     finally:
         rs.close()
+
+
+def test_missing_globals_are_said_per_feature(target: Target) -> None:
+    """Without runtime.sched, allgs and allglen (as a stripped build whose finders failed
+    would be), the readers say so per feature and read only what needs none of them."""
+    import dataclasses
+
+    gone = ("runtime.sched", "runtime.allgs", "runtime.allglen")
+    info = dataclasses.replace(
+        target.info, globals={k: v for k, v in target.info.globals.items() if k not in gone})
+    rc = RuntimeCounters(info, TargetMemory(target.proc.pid))
+    census = Census(info, TargetMemory(target.proc.pid))
+    said = {*rc.missing.values(), *census.missing.values()}
+    for n in gone:
+        assert any(n in why for why in said), (n, said)
+    events: list[EventTuple] = []
+    rc.read(time.monotonic_ns(), events)
+    census.walk(events, {})
+    kinds = {e[1] for e in events}
+    assert Kind.RT_MISSING in kinds and kinds <= {Kind.RT_MISSING, Kind.RT_PTICK, Kind.RT_SCHED}

@@ -31,10 +31,9 @@ def run(mods: Path, dest: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    if not debian_header_pair():
-        pytest.skip(
-            "no Debian linux-headers-*-common/-amd64 pair installed (scripts/setup adds one)"
-        )
+    assert debian_header_pair(), (
+        "no Debian linux-headers-*-common/-amd64 pair installed (scripts/setup adds one)"
+    )
     return tmp_path / "modules", tmp_path / "kheaders"
 
 

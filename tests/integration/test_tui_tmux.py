@@ -78,8 +78,8 @@ def workload(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 @pytest.fixture
 def tmux_session() -> Iterator[str]:
-    if shutil.which("tmux") is None or shutil.which("bpftool") is None:  # installed by setup
-        pytest.skip("needs tmux and bpftool")
+    for tool in ("tmux", "bpftool"):
+        assert shutil.which(tool), f"{tool} missing (scripts/setup installs it)"
     name = f"gmpmon-test-{uuid.uuid4().hex[:8]}"
     yield name
     subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)

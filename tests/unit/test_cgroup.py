@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gmpmon.capture.cgroup import (
     CgroupCpuReader,
     locate,
@@ -156,3 +158,25 @@ def test_reader_without_cgroup_files_emits_nothing(tmp_path: Path) -> None:
     out: list[tuple[int, int, int, int, int, int, int]] = []
     CgroupCpuReader(1, proc=str(tmp_path)).read(0, out)
     assert out == []
+
+
+# -- where the throttled-CPU tests make their cgroup (tests/integration/test_findings.py) ------
+
+HYBRID = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+
+
+def test_the_test_cgroup_goes_where_the_cpu_controller_is(tmp_path: Path) -> None:
+    from tests.integration.test_findings import cpu_hierarchy
+
+    assert cpu_hierarchy(HYBRID) == (1, Path("/sys/fs/cgroup/cpu"))
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    unified = f"30 23 0:26 / {tmp_path} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    assert cpu_hierarchy(unified) == (2, tmp_path)
+    (tmp_path / "cgroup.controllers").write_text("hugetlb\n")
+    with pytest.raises(AssertionError, match="no cgroup CPU controller"):
+        cpu_hierarchy(unified)

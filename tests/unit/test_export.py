@@ -21,8 +21,8 @@ from gmpmon.export.folded import LINE_RE, FoldedExporter
 from gmpmon.export.json import SCHEMA_VERSION
 from gmpmon.export.registry import make_exporter
 from gmpmon.record import RecordingWriter, read_recording
+from tests import gotargets
 
-GO = Path("/opt/gmpmon-go/go1.27.3/bin/go")
 HDR = Header(
     pid=777,
     exe="/srv/bank",
@@ -121,8 +121,9 @@ def test_folded_frame_sanitising_keeps_lines_valid() -> None:
 
 def pprof(profile: Path, *flags: str) -> str:
     """What `go tool pprof FLAGS PROFILE` prints."""
+    go = gotargets.ensure_go(gotargets.versions()[-1])  # installed on first use, like builds
     return subprocess.run(
-        [str(GO), "tool", "pprof", *flags, str(profile)],
+        [str(go), "tool", "pprof", *flags, str(profile)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -136,7 +137,6 @@ def pprof_rows(top: str) -> list[list[str]]:
     return [ln.split() for ln in top.splitlines() if re.match(r"^\s*[0-9.]+\w*s?\s+[0-9.]+%", ln)]
 
 
-@pytest.mark.skipif(not GO.exists(), reason="go1.27.3 toolchain not installed")
 def test_pprof_opens_in_go_tool_pprof_with_the_contended_function_first(
     recording: Path, tmp_path: Path
 ) -> None:
@@ -255,7 +255,6 @@ def test_export_of_truncated_recording_says_where(
     assert "stopped at byte" in err and "1 good batches" in err
 
 
-@pytest.mark.skipif(not GO.exists(), reason="go1.27.3 toolchain not installed")
 def test_pprof_of_a_real_recording_lists_the_contending_function_first(tmp_path: Path) -> None:
     data = export(Path(__file__).resolve().parent.parent / "data" / "mutex.gmp", "pprof")
     out = tmp_path / "mutex.pb.gz"

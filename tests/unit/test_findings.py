@@ -435,6 +435,7 @@ def test_findings_sorted_most_severe_first_and_json_shape() -> None:
     out = throttled_events() + [e for e in saturated_events() if e[1] != Kind.CGROUP_CPU]
     s = run(out)
     sev = [int(f.severity) for f in s.findings]
+    assert len(sev) >= 2, s.findings  # an order and a shape to check, not a vacuous loop
     assert sev == sorted(sev, reverse=True)
     for d in summary(s)["findings"]:
         assert set(d) == {"id", "severity", "title", "evidence", "advice"}

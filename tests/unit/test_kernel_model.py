@@ -10,8 +10,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 from gmpmon.events import (
     SAMPLE_GO,
     SAMPLE_NOT_GO,
@@ -213,10 +211,6 @@ def test_summary_json_kernel_blocks_name_their_source() -> None:
     assert all(len(line) <= 80 for line in text.splitlines())
 
 
-GO = Path("/opt/gmpmon-go/go1.27.3/bin/go")
-
-
-@pytest.mark.skipif(not GO.exists(), reason="no Go 1.27 toolchain")
 def test_pprof_cpu_export_opens_in_go_tool_pprof_with_goid_and_p_labels(tmp_path: Path) -> None:
     from gmpmon.export.base import export_recording
     from gmpmon.export.registry import make_exporter
