@@ -12,6 +12,7 @@ that names the fix, never a skip. The server is stopped (SIGTERM, then SIGKILL) 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -82,6 +83,7 @@ class Server:
     pprof: str | None = None  # http://host:port/debug/pprof (no trailing slash)
     metrics: str | None = None  # Prometheus text /metrics of the program itself
     log: Path = field(default_factory=Path)
+    output: str = ""  # what it printed (stdout and stderr), set once it is stopped
 
     @property
     def pid(self) -> int:
@@ -113,10 +115,14 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                # its own session (serve): the group holds a wrapper's children too
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            self.output = self.log.read_text(errors="replace")
 
 
 @dataclass(frozen=True)
