@@ -8,7 +8,8 @@ lines after it. ``parse_trace`` streams that text once and keeps what the tests 
 - ``stw``: (name, begin, end) of every stop-the-world range; ``gc_stw_ns`` sums the GC ones;
 - ``latencies``: for each G that became Runnable (from Waiting, NotExist or Running) and then
   ran, the time in between, with where it came from: the trace's scheduling latency;
-- ``starts_by_p``: Runnable->Running per P; ``created``; ``parks`` by wait reason.
+- ``starts_by_p``: Runnable->Running per P; ``created``; ``parks`` by wait reason;
+  ``syscalls``: Running->Syscall.
 
 Times are the runtime's nanotime (CLOCK_MONOTONIC), the clock gmpmon's BPF timestamps use.
 """
@@ -35,6 +36,7 @@ class TraceFacts:
     starts_by_p: Counter[int] = field(default_factory=Counter)
     created: int = 0
     parks: Counter[str] = field(default_factory=Counter)
+    syscalls: int = 0  # Running->Syscall (entersyscall)
     first_ns: int = 0
     last_ns: int = 0
 
@@ -93,6 +95,8 @@ def parse_trace(path: Path) -> TraceFacts:
                     was = runnable_at.pop(goid, None)
                     if was is not None:
                         facts.latencies.append((was[0], ts - was[1]))
+                elif new == "Syscall" and old == "Running":
+                    facts.syscalls += 1
                 elif new == "Waiting" and old == "Running":
                     facts.parks[reason] += 1
                     runnable_at.pop(goid, None)
