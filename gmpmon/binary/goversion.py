@@ -180,32 +180,49 @@ def go_version(
                 f"{path}: .go.buildinfo says {info} but runtime.buildVersion says {sym}"
             )
         return GoVersion(info, _minor(path, info), "build info")
-    if sym is not None:
-        version, how = sym, "runtime.buildVersion (by its symbol)"
-    else:
-        found = scan_build_version(elf)
-        if len(found) > 1:
-            raise BinaryFormatError(
-                f"{path}: no build info, and several Go versions in its data ({', '.join(found)})"
-            )
-        if not found:
-            raise UnsupportedError(
-                f"{path}: cannot tell which Go version built it (no build info, "
-                "no runtime.buildVersion)"
-            )
-        version, how = found[0], "runtime.buildVersion (found by a scan of its data)"
-    minor = _minor(path, version)
     checks: list[tuple[str, int | None, int | None]] = []
     magic = pclntab_range(elf)
     if magic is not None:
         checks.append(("pclntab magic", *magic))
     checks += marker_checks(has_function)
-    for what, lo, hi in checks:
-        if (lo is not None and minor < lo) or (hi is not None and minor > hi):
-            raise BinaryFormatError(
-                f"{path}: no build info; runtime.buildVersion says {version} but "
-                f"{what} says Go {_bounds(lo, hi)}"
+
+    def against(minor: int) -> tuple[str, int | None, int | None] | None:
+        """The first check that `minor` contradicts."""
+        for what, lo, hi in checks:
+            if (lo is not None and minor < lo) or (hi is not None and minor > hi):
+                return what, lo, hi
+        return None
+
+    if sym is not None:
+        version, how = sym, "runtime.buildVersion (by its symbol)"
+    else:
+        found = scan_build_version(elf)
+        if not found:
+            raise UnsupportedError(
+                f"{path}: cannot tell which Go version built it (no build info, "
+                "no runtime.buildVersion)"
             )
+        how = "runtime.buildVersion (found by a scan of its data)"
+        if len(found) > 1:
+            # another Go string variable holding a version ("go1.21" as a minimum): the
+            # one that the binary's make-up allows, if only one does
+            fits = [v for v in found if against(_minor(path, v)) is None]
+            if len(fits) != 1:
+                raise BinaryFormatError(
+                    f"{path}: no build info, and several Go versions in its data "
+                    f"({', '.join(found)})"
+                )
+            how += f", of {len(found)} candidates the only one that fits"
+            found = fits
+        version = found[0]
+    minor = _minor(path, version)
+    bad = against(minor)
+    if bad is not None:
+        what, lo, hi = bad
+        raise BinaryFormatError(
+            f"{path}: no build info; runtime.buildVersion says {version} but "
+            f"{what} says Go {_bounds(lo, hi)}"
+        )
     parts = []
     if magic is not None:
         parts.append(f"the pclntab magic (Go {_bounds(*magic)})")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import functools
 import shutil
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
@@ -95,3 +96,31 @@ def test_no_version_anywhere_is_refused_with_the_reason() -> None:
     _, truth = built("1.22", "stripped")
     with pytest.raises(UnsupportedError, match=r"no build info, no runtime\.buildVersion"):
         load(str(_patched("1.22", truth, b"x" * len(truth))))
+
+
+def test_another_version_string_in_the_data_is_told_apart(tmp_path: Path) -> None:
+    # A second Go string variable holding "go1.19.x" (a program's minimum, say): rewrite the
+    # bytes of some other 8-byte Go string that a header in .data points at.
+    bare, truth = built("1.27", "stripped")
+    data = bytearray(bare.read_bytes())
+    elf = Elf(bytes(data), str(bare))
+    dsec, rodata = elf.section(".data"), elf.section(".rodata")
+    assert dsec is not None and rodata is not None
+    other = f"go1.19.{truth[-1]}".encode()
+    assert len(other) == len(truth)
+    for off in range(0, dsec.size - 16, 8):
+        ptr, length = struct.unpack_from("<QQ", data, dsec.offset + off)
+        at = ptr - rodata.addr + rodata.offset
+        if (length == len(truth) and rodata.addr <= ptr < rodata.addr + rodata.size
+                and bytes(data[at:at + length]) != truth.encode()
+                and bytes(data[at:at + length]).isascii()):
+            data[at:at + length] = other
+            break
+    else:
+        raise AssertionError("no other 8-byte Go string in .data")
+    two = tmp_path / "two"
+    two.write_bytes(bytes(data))
+    assert scan_build_version(Elf(bytes(data), str(two))) == sorted([truth, other.decode()])
+    info = load(str(two))
+    assert info.go_version == truth
+    assert "of 2 candidates the only one that fits" in info.go_version_source
