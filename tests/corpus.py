@@ -90,14 +90,21 @@ class Server:
         return self.proc.pid
 
     def load(self, seconds: float = 5, threads: int = 2, connections: int = 16,
-             url: str | None = None) -> float:
-        """wrk on the program's endpoint for `seconds`; requests per second (> 0 or raises)."""
+             url: str | None = None, delay_ms: int = 0) -> float:
+        """wrk on the program's endpoint for `seconds`; requests per second (> 0 or raises).
+        ``delay_ms``: each connection waits that long between requests (wrk's Lua ``delay``),
+        which bounds the rate at connections x 1000 / delay_ms."""
         wrk = shutil.which("wrk")
         if wrk is None:
             raise CorpusMissing("wrk is not installed: run scripts/setup")
+        script: list[str] = []
+        if delay_ms:
+            lua = self.dir / f"delay{delay_ms}.lua"
+            lua.write_text(f"function delay()\n  return {int(delay_ms)}\nend\n")
+            script = ["-s", str(lua)]
         r = subprocess.run(
             [wrk, "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(seconds))}s",
-             url or self.url],
+             *script, url or self.url],
             capture_output=True, text=True, timeout=seconds + 30,
         )
         m = re.search(r"Requests/sec:\s+([\d.]+)", r.stdout)

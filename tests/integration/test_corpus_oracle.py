@@ -72,7 +72,7 @@ def attach_full_with_trace(srv: Server, tmp: Path) -> tuple[dict[str, Any], Trac
     assert srv.pprof is not None
     done: dict[str, float] = {}
     load = threading.Thread(target=lambda: done.setdefault(
-        "rps", srv.load(seconds=12, threads=1, connections=2)))
+        "rps", srv.load(seconds=12, threads=1, connections=4, delay_ms=2)))
     load.start()
     gm = subprocess.Popen(
         [*GM, "attach", str(srv.pid), "--mode", "full", "--no-tui", "--duration", "9",
