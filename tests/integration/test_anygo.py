@@ -109,3 +109,39 @@ def test_ps_lists_a_go_process_it_cannot_attach_and_says_why(tmp_path: Path) -> 
     finally:
         p.kill()
         p.wait()
+
+
+@pytest.mark.bpf
+def test_a_version_read_without_build_info_is_trusted_only_if_its_layout_holds(
+    tmp_path: Path,
+) -> None:
+    # A Go 1.22 build without build info whose runtime.buildVersion says go1.23: nothing in
+    # the binary contradicts it (1.23 added no function every program links), but 1.23
+    # moved g's fields. The live process must refuse go1.23's table; `ps` says why.
+    objcopy = shutil.which("objcopy")
+    assert objcopy is not None, "objcopy (binutils, installed with gcc by scripts/setup)"
+    exe = build("sleeper", go="1.22", mode="stripped")
+    lie = tmp_path / "lie"
+    subprocess.run([objcopy, "--remove-section", ".go.buildinfo", str(exe), str(lie)],
+                   check=True)
+    data = lie.read_bytes()
+    assert data.count(b"go1.22.") == 1
+    lie.write_bytes(data.replace(b"go1.22.", b"go1.23."))
+    text = inspect(str(lie)).stdout
+    assert "offsets: table go1.23" in text and "found by a scan" in text
+    p = subprocess.Popen([str(lie), "-n", "1000000", "-d", "10ms"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = subprocess.run([*GM, "attach", str(p.pid), "--mode", "sample", "--no-tui",
+                            "--duration", "2"], capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 5, r.stderr  # UnsupportedError (docs/exit-codes.md)
+        assert "the go1.23 offsets table does not fit this process" in r.stderr
+        assert "Traceback" not in r.stderr
+        ps = subprocess.run([*GM, "ps", "--json", "--match", "lie"], capture_output=True,
+                            text=True, timeout=TIMEOUT)
+        row = {x["pid"]: x for x in json.loads(ps.stdout)}[p.pid]
+        assert row["go_version"].startswith("go1.23.")
+        assert row["note"].startswith("layout check failed") and row["gomaxprocs"] is None
+    finally:
+        p.kill()
+        p.wait()
