@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -133,7 +134,8 @@ def go_version_of(path: str) -> str | None:
                 # One that cannot be told is still listed; ps's note says why.
                 try:
                     return binary_go_version(elf).version
-                except GmpmonError:
+                except (GmpmonError, struct.error, IndexError, OverflowError, UnicodeError):
+                    # damaged bytes too: load() says why, on the process's ps line
                     return UNKNOWN_VERSION
     except (OSError, ValueError, GmpmonError):
         return None
