@@ -9,6 +9,7 @@ version` reads). The copies still run (checked on one).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import shutil
 import struct
@@ -124,3 +125,33 @@ def test_another_version_string_in_the_data_is_told_apart(tmp_path: Path) -> Non
     info = load(str(two))
     assert info.go_version == truth
     assert "of 2 candidates the only one that fits" in info.go_version_source
+
+
+def test_damaged_binaries_without_build_info_never_raise_a_traceback(tmp_path: Path) -> None:
+    # ps (discover) lists or skips them; load says one line (a GmpmonError)
+    import random
+
+    from gmpmon.errors import GmpmonError
+    from gmpmon.fleet.discover import go_version_of
+
+    bare, truth = built("1.27", "stripped")
+    src = bare.read_bytes()
+    pcln = Elf(src, str(bare)).section(".gopclntab")
+    assert pcln is not None
+    rnd = random.Random(25)
+    seen = set()
+    for i in range(30):
+        b = bytearray(src)
+        for _ in range(16):
+            at = pcln.offset + rnd.randrange(4096) if i % 2 else rnd.randrange(len(b))
+            b[at] = rnd.randrange(256)
+        if i % 3 == 0:
+            b = b[: pcln.offset + rnd.randrange(pcln.size)]
+        p = tmp_path / f"d{i}"
+        p.write_bytes(bytes(b))
+        v = go_version_of(str(p))
+        assert v is None or v == "?" or v.startswith("go1."), v
+        seen.add(v)
+        with contextlib.suppress(GmpmonError):
+            load(str(p))
+    assert truth in seen  # some damage leaves the version readable
