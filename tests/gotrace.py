@@ -10,6 +10,7 @@ lines after it. ``parse_trace`` streams that text once and keeps what the tests 
   ran, the time in between, with where it came from: the trace's scheduling latency;
 - ``starts_by_p``: Runnable->Running per P; ``created``; ``parks`` by wait reason;
   ``transitions``: every goroutine state transition, counted by (from, to).
+  ``syscalls``: Running->Syscall.
 
 Times are the runtime's nanotime (CLOCK_MONOTONIC), the clock gmpmon's BPF timestamps use.
 """
@@ -39,6 +40,7 @@ class TraceFacts:
     # every goroutine transition, (from, to): ("Running", "Syscall") is a syscall or cgo call
     # entered, ("Syscall", "Runnable") one left without a P (it was retaken meanwhile)
     transitions: Counter[tuple[str, str]] = field(default_factory=Counter)
+    syscalls: int = 0  # Running->Syscall (entersyscall)
     first_ns: int = 0
     last_ns: int = 0
 
@@ -98,6 +100,8 @@ def parse_trace(path: Path) -> TraceFacts:
                     was = runnable_at.pop(goid, None)
                     if was is not None:
                         facts.latencies.append((was[0], ts - was[1]))
+                elif new == "Syscall" and old == "Running":
+                    facts.syscalls += 1
                 elif new == "Waiting" and old == "Running":
                     facts.parks[reason] += 1
                     runnable_at.pop(goid, None)

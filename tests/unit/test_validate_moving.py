@@ -88,3 +88,23 @@ def test_most_ps_mid_hand_off_fail_naming_the_check() -> None:
 
 def test_half_the_ps_mid_hand_off_is_not_enough() -> None:
     assert "m.curg.m == m" in check({1, 3}).get("procs", "")
+
+
+def _with_curg_status(status: dict[int, int]) -> dict[str, str]:
+    mem = Memory(set())
+    for i, st in status.items():
+        mem.put32(0x6000 + 0x100 * i + 8, st)
+    return validate_layout(info(), mem.read, groups=("procs",), tids=TIDS, attempts=2,
+                           pause_s=0).failed
+
+
+def test_every_p_frozen_between_casgstatus_and_dropg_holds() -> None:
+    # park_m (_Gwaiting) and goschedImpl (_Grunnable) set the status before dropg: on a
+    # loaded host the kernel held Prometheus's and Caddy's Ms there for every pass.
+    assert _with_curg_status({0: 4, 1: 1, 2: 4, 3: 4}) == {}
+
+
+def test_a_curg_status_no_running_p_can_have_fails() -> None:
+    # _Gdead (6) or garbage at a wrong atomicstatus offset, on every P
+    failed = _with_curg_status({0: 6, 1: 6, 2: 6, 3: 6})
+    assert failed == {"procs": "a running P's curg is running (allp[0]: read 6)"}
