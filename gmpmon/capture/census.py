@@ -23,11 +23,13 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
+from gmpmon.capture.censusstacks import Unwind, WaitStacks
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import absent, global_addr
 from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.events import (
     CENSUS_SITE_BASE,
+    MAX_STACK_GROUPS,
     NO_P,
     UNKNOWN_FRAME,
     CensusCut,
@@ -45,6 +47,9 @@ G_DEAD = 6
 _USER_RUNTIME = frozenset({"runtime.main", "runtime.corostart", "runtime.handleAsyncEvent"})
 
 Key = tuple[int, int, int]  # (status, wait reason, system)
+GroupKey = tuple[Key, int, int, int]  # (key, wait stack id, gopc, startpc)
+G_WAITING = 4
+G_STACK = 0  # g.stack{lo, hi}: g's first field in every Go version ("offset known to cgo")
 
 
 class Census:
@@ -58,6 +63,7 @@ class Census:
         max_goroutines: int = 1_000_000,
         budget_s: float = 1.0,
         sites: GoSites | None = None,
+        unwind: Unwind | None = None,
     ) -> None:
         self.info = info
         self.sites = sites
@@ -86,6 +92,20 @@ class Census:
             self.missing[RtFeature.CENSUS_WAIT] = "no g.waitsince offset"
         if "gopc" not in fields or "startpc" not in fields:
             self.missing[RtFeature.CENSUS_SITES] = "no g.gopc/startpc offsets"
+        # Wait stacks: g.sched's saved registers and the stack bounds, unwound by ``unwind``.
+        self.wait_stacks: WaitStacks | None = None
+        sched = ("runtime.g.sched.pc", "runtime.g.sched.sp", "runtime.g.sched.bp")
+        if unwind is None:
+            self.missing[RtFeature.CENSUS_STACKS] = "no stack unwinder for this binary"
+        elif not all(k in o for k in sched) or "startpc" not in fields:
+            self.missing[RtFeature.CENSUS_STACKS] = "no g.sched offsets"
+        else:
+            self.wait_stacks = WaitStacks(unwind)
+            fields["stack_lo"] = ("Q", G_STACK)
+            fields["stack_hi"] = ("Q", G_STACK + 8)
+            fields["spc"] = ("Q", o["runtime.g.sched.pc"])
+            fields["ssp"] = ("Q", o["runtime.g.sched.sp"])
+            fields["sbp"] = ("Q", o["runtime.g.sched.bp"])
         order = sorted(fields.items(), key=lambda kv: kv[1][1])
         fmt, pos = "<", order[0][1][1]
         self.g_lo = pos
@@ -124,6 +144,9 @@ class Census:
         waits: dict[Key, list[int]] = {}  # [n, sum, max]
         sites: dict[tuple[int, int], int] = {}
         per_g: dict[int, tuple[int, int]] = {}  # goid -> (gopc, startpc), live ones
+        groups: dict[GroupKey, list[int]] = {}  # [n, waited, wait sum, wait max]
+        if self.wait_stacks is not None:
+            self.wait_stacks.begin()
         cut = 0
         self._walked = 0
         try:
@@ -137,7 +160,7 @@ class Census:
         if not cut & CensusCut.TARGET_GONE:
             try:
                 gps = self._pointers(ptr, n)
-                self._scan(gps, t0, deadline, counts, waits, sites, per_g)
+                self._scan(gps, t0, deadline, counts, waits, sites, per_g, groups)
                 if self._scanned < len(gps):
                     cut |= CensusCut.TIME
             except OSError:
@@ -145,6 +168,7 @@ class Census:
         walked = self._walked
         t1 = time.monotonic_ns()
         self._emit(t1, counts, waits, sites, out, stacks)
+        self._emit_groups(t1, groups, out, stacks)
         self._tell(t1, per_g, bool(cut), out)
         out.append((t1, Kind.CENSUS_END, NO_P, 0, t1 - t0, walked, int(cut)))
         self.last_duration_s = (t1 - t0) / 1e9
@@ -168,6 +192,7 @@ class Census:
         waits: dict[Key, list[int]],
         sites: dict[tuple[int, int], int],
         per_g: dict[int, tuple[int, int]],
+        groups: dict[GroupKey, list[int]],
     ) -> None:
         unpack = self._g.unpack_from
         i_goid = self._names.index("goid")
@@ -179,6 +204,11 @@ class Census:
         i_gopc = names.index("gopc") if "gopc" in names else -1
         i_start = names.index("startpc") if "startpc" in names else -1
         lo, span = self.g_lo, self.g_span
+        ws = self.wait_stacks
+        shapes = ws.shapes if ws is not None else {}
+        if ws is not None:
+            i_slo, i_shi = names.index("stack_lo"), names.index("stack_hi")
+            i_spc, i_ssp, i_sbp = names.index("spc"), names.index("ssp"), names.index("sbp")
         order = sorted(range(len(gps)), key=gps.__getitem__)
         self._scanned = 0
         j = 0
@@ -223,6 +253,24 @@ class Census:
                         acc[1] += w
                         if w > acc[2]:
                             acc[2] = w
+                if ws is not None and status == G_WAITING and not system:
+                    hi = row[i_shi]
+                    shape = (startpc, row[i_spc], hi - row[i_ssp], hi - row[i_sbp])
+                    sid = shapes.get(shape)
+                    if sid is None:
+                        sid = ws.stack_id(shape, row[i_spc], row[i_ssp], row[i_sbp],
+                                          row[i_slo], hi)
+                    gkey = (key, sid, row[i_gopc] if i_gopc >= 0 else 0, startpc)
+                    acc = groups.get(gkey)
+                    if acc is None:
+                        acc = groups[gkey] = [0, 0, 0, 0]
+                    acc[0] += 1
+                    if i_since >= 0 and row[i_since] > 0:
+                        w = max(now - row[i_since], 0)
+                        acc[1] += 1
+                        acc[2] += w
+                        if w > acc[3]:
+                            acc[3] = w
                 if i_gopc >= 0:
                     site = (row[i_gopc], startpc)
                     if not system:
@@ -259,20 +307,51 @@ class Census:
         by_name: dict[tuple[str, str], int] = {}
         for (gopc, startpc), c in sites.items():
             # gopc is the return address of the call in the go statement: stay inside it.
-            if self.sites is not None:  # the function a `go f(x)` wrapper calls, f
-                start, creator, _where = self.sites.names(gopc, startpc)
-                name = (creator, start)
-            else:
-                name = (self._func(gopc - 1) if gopc else UNKNOWN_FRAME, self._func(startpc))
+            name = self._site_name(gopc, startpc)
             by_name[name] = by_name.get(name, 0) + c
         top = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_SITES]
         for name, c in top:
-            sid = self._site_ids.get(name)
-            if sid is None:
-                sid = CENSUS_SITE_BASE + len(self._site_ids) + 1
-                self._site_ids[name] = sid
-                stacks[sid] = name
-            out.append((ts, Kind.CENSUS_SITE, NO_P, 0, 0, sid, c))
+            out.append((ts, Kind.CENSUS_SITE, NO_P, 0, 0, self._site_id(name, stacks), c))
+
+    def _site_id(self, name: tuple[str, str], stacks: dict[int, tuple[str, ...]]) -> int:
+        sid = self._site_ids.get(name)
+        if sid is None:
+            sid = CENSUS_SITE_BASE + len(self._site_ids) + 1
+            self._site_ids[name] = sid
+            stacks[sid] = name
+        return sid
+
+    def _site_name(self, gopc: int, startpc: int) -> tuple[str, str]:
+        if self.sites is not None:  # the function a `go f(x)` wrapper calls, f
+            start, creator, _where = self.sites.names(gopc, startpc)
+            return (creator, start)
+        return (self._func(gopc - 1) if gopc else UNKNOWN_FRAME, self._func(startpc))
+
+    def _emit_groups(self, ts: int, groups: dict[GroupKey, list[int]],
+                     out: list[EventTuple], stacks: dict[int, tuple[str, ...]]) -> None:
+        """CENSUS_STACK (+ CENSUS_STACK_WAIT) for the largest groups of parked goroutines."""
+        ws = self.wait_stacks
+        if ws is None:
+            return
+        stacks.update(ws.take())
+        merged: dict[tuple[Key, int, int], list[int]] = {}  # by creation-site name, not pc
+        for (key, sid, gopc, startpc), acc in groups.items():
+            site = self._site_id(self._site_name(gopc, startpc), stacks) if gopc else 0
+            m = merged.get((key, sid, site))
+            if m is None:
+                merged[(key, sid, site)] = list(acc)
+            else:
+                m[0] += acc[0]
+                m[1] += acc[1]
+                m[2] += acc[2]
+                m[3] = max(m[3], acc[3])
+        top = sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))[:MAX_STACK_GROUPS]
+        for ((status, reason, system), sid, site), (n, waited, wsum, wmax) in top:
+            a0 = status | reason << 16 | system << 32
+            rel = site - CENSUS_SITE_BASE if site else 0
+            out.append((ts, Kind.CENSUS_STACK, NO_P, rel, sid, a0, n))
+            if waited:
+                out.append((ts, Kind.CENSUS_STACK_WAIT, NO_P, waited, wsum, 0, wmax))
 
     def _tell(self, ts: int, per_g: dict[int, tuple[int, int]], cut: bool,
               out: list[EventTuple]) -> None:

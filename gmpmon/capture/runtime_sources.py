@@ -27,6 +27,8 @@ CENSUS_S = 1.0
 CENSUS_DUTY = 0.02
 
 Stacks = dict[int, tuple[str, ...]]
+CENSUS_FEATURES = {RtFeature.CENSUS, RtFeature.CENSUS_WAIT, RtFeature.CENSUS_SITES,
+                   RtFeature.CENSUS_STACKS}
 
 
 class RuntimeSources:
@@ -55,14 +57,12 @@ class RuntimeSources:
                 self.counters = RuntimeCounters(info, self.mem)
             except (KeyError, ValueError) as e:
                 self.errors.append(f"runtime counters off: {e}")
-                off |= set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT,
-                                         RtFeature.CENSUS_SITES}
+                off |= set(RtFeature) - CENSUS_FEATURES
             if self.counters is not None and not layout.ok("allm"):
                 self.counters.allm = None  # no pending per-M lock waits: a bit short
         else:
             self.errors.append(f"runtime counters off: {layout.why('procs', 'sched')}")
-            off |= set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT,
-                                     RtFeature.CENSUS_SITES}
+            off |= set(RtFeature) - CENSUS_FEATURES
         if census_s > 0 and layout.ok("allgs"):
             try:
                 self.census = Census(info, self.mem, sites=sites)
