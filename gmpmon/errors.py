@@ -95,3 +95,11 @@ class OutputPathError(UsageError):
 
     exit_code = 13
 
+
+
+class TargetMemoryError(GmpmonError):
+    """A read of the target's memory refused: an address outside user space, a length over
+    its cap, or a runtime value (a count, a length) outside its plausible range. The target's
+    memory is not trusted; this is what a damaged or hostile target gets."""
+
+    exit_code = 14

@@ -120,7 +120,9 @@ RT_SCHED           Gauges of ``runtime.sched``: g = goroutines as ``gcount()`` c
 RT_TOTAL           Delta of a cumulative runtime counter: g = :class:`RtTotal`, a1 = ns added.
 RT_PTICK           Per-P tick deltas: p = P id, a0 = ``schedtick`` delta (goroutines
                    scheduled), a1 = ``syscalltick`` delta (syscalls). Only when non-zero.
-RT_MISSING         Once per feature this Go version or binary lacks: a0 = :class:`RtFeature`.
+RT_MISSING         Once per feature this Go version or binary lacks: a0 = :class:`RtFeature`;
+                   a1 = 1 when its reader stopped mid-run instead (the target's memory held
+                   an implausible pointer or count, capture/targetmem.py), else 0.
 CENSUS_BEGIN       A walk of ``allgs`` starts: a0 = census number, a1 = ``allglen``.
 CENSUS_STATE       a0 = G status (``Header.g_status`` index, _Gscan stripped) | (wait reason
                    << 16) | (1 << 32 for system goroutines), a1 = goroutines counted.
@@ -339,7 +341,8 @@ class RtFeature(IntEnum):
     CENSUS = 8  # allgs and g.atomicstatus/waitreason
     CENSUS_WAIT = 9  # g.waitsince
     CENSUS_SITES = 10  # g.gopc/startpc
-    CENSUS_STACKS = 11  # wait stacks: g.sched and a stack unwinder for the binary
+    P_SAMPLES = 11  # the sampler's P states (allp, p.m, m.curg)
+    CENSUS_STACKS = 12  # wait stacks: g.sched and a stack unwinder for the binary
 
 
 RT_FEATURE_NAMES: dict[int, str] = {
@@ -353,6 +356,7 @@ RT_FEATURE_NAMES: dict[int, str] = {
     RtFeature.CENSUS: "goroutine census (allgs)",
     RtFeature.CENSUS_WAIT: "census waiting times (g.waitsince)",
     RtFeature.CENSUS_SITES: "census creation sites (g.gopc/startpc)",
+    RtFeature.P_SAMPLES: "P states sampled from memory (allp)",
     RtFeature.CENSUS_STACKS: "census wait stacks (g.sched, stack unwinder)",
 }
 

@@ -324,7 +324,8 @@ def runtime_lines(rv: RuntimeView | None, *, top: int = 5) -> list[str]:
         )
         out.append(f"  mutex wait total {fmt_ns(rv.mutex_wait_ns)}{lock}")
     for m in rv.missing:
-        out.append(f"  not available: {m}")
+        stopped = " (its reader stopped: the target's memory held an implausible value)"
+        out.append(f"  not available: {m}{stopped if m in rv.stopped else ''}")
     c = rv.census
     if c is not None:
         cut = f", cut short: {', '.join(c.cut)}" if c.cut else ""

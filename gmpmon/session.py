@@ -203,6 +203,7 @@ class LiveSession:
             error=str(self.error) if self.error is not None else "",
             inputs=tuple(InputState(*i) for i in cap.inputs()),
             notes=tuple(cap.notes()),
+            failures=tuple(f for f, _ in cap.failures()),
             duty=duty,
             cost=self._cost(),
         )

@@ -61,6 +61,8 @@ class SourceStatus:
     error: str = ""  # the producer failed (model error)
     inputs: tuple[InputState, ...] = ()
     notes: tuple[str, ...] = ()  # one line each: an input left out or turned off, and why
+    # one line each: a reader that stopped mid-run (an implausible value in the target)
+    failures: tuple[str, ...] = ()
     duty: DutyCycle | None = None
     cost: Cost | None = None
 

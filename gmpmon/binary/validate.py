@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
+from gmpmon.errors import TargetMemoryError
 
 Read = Callable[[int, int], bytes]
 Tids = frozenset[int] | Callable[[], frozenset[int] | None] | None
@@ -87,6 +88,8 @@ class _Mem:
             raise Failed(f"{what} is not a user address ({addr:#x})")
         try:
             b = self._read(addr, n)
+        except TargetMemoryError as e:
+            raise Failed(f"{what} at {addr:#x} cannot be read ({e})") from None
         except OSError as e:
             raise Failed(f"{what} at {addr:#x} cannot be read ({e.strerror or e})") from None
         if len(b) < n:

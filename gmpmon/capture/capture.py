@@ -37,11 +37,12 @@ from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
 from gmpmon.capture.targetmem import running
 from gmpmon.capture.triggers import Flight, TriggerSpec
-from gmpmon.errors import CaptureError
+from gmpmon.errors import CaptureError, GmpmonError
 from gmpmon.events import (
     COST_WATCH_SHIFT,
     LOST_IN_BAND,
     MISSED_STACK,
+    NO_P,
     RING_COUNTERS_FULL,
     RING_CUT,
     RING_MARKS,
@@ -52,6 +53,7 @@ from gmpmon.events import (
     Counter,
     EventTuple,
     Kind,
+    RtFeature,
     Stage,
     unknown_frame,
 )
@@ -149,6 +151,7 @@ class Capture:
         self.ring: RingBufReader | None = None
         self.sampler: Sampler | None = None
         self.sampler_error = ""
+        self._failures: list[tuple[str, int]] = []
         # The runtime's counters and the goroutine census, in every mode (no probe).
         self.census_s = census_s
         self.runtime: RuntimeSources | None = None
@@ -255,6 +258,22 @@ class Capture:
             rows.append((name, "on" if k in active else "off", ""))
         return rows
 
+    def _sampler_failed(self, now: int, e: GmpmonError) -> None:
+        assert self.sampler is not None
+        self.sampler.close()
+        self.sampler = None
+        self.sampler_error = f"stopped: {e.one_line()}"
+        self._failures.append((f"P sampler stopped: {e.one_line()}", e.exit_code))
+        self._pending.append((now, Kind.RT_MISSING, NO_P, 0, 0, int(RtFeature.P_SAMPLES), 1))
+
+    def failures(self) -> list[tuple[str, int]]:
+        """(one line, exit code) of each reader that stopped mid-run: the report and the
+        summary say which part is missing (RT_MISSING a1 = 1), and the run exits non-zero."""
+        out = list(self._failures)
+        if self.runtime is not None:
+            out += self.runtime.failures
+        return out
+
     def notes(self) -> list[str]:
         """One line each about an input that was left out or turned off (said once, at
         start, by the headless printer)."""
@@ -329,6 +348,7 @@ class Capture:
             self.sampler = None
         if self.runtime is not None:
             self.runtime.close()
+            self._failures += self.runtime.failures  # said after the capture ends
             self.runtime = None
         self.kernel.close()
 
@@ -405,6 +425,8 @@ class Capture:
                 except OSError:
                     if not self._alive():
                         self.target_exited = True
+                except GmpmonError as e:  # an implausible pointer: stop sampling, go on
+                    self._sampler_failed(t0, e)
                 next_sample = t0 + SAMPLE_NS
             self._poll_runtime(t0)
             if t0 >= next_counters:

@@ -26,7 +26,7 @@ from gmpmon.binary.table import GSCAN
 from gmpmon.capture.censusstacks import Unwind, WaitStacks
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import absent, global_addr
-from gmpmon.capture.targetmem import TargetMemory
+from gmpmon.capture.targetmem import MAX_GOROUTINES, TargetMemory, check_count
 from gmpmon.events import (
     CENSUS_SITE_BASE,
     MAX_STACK_GROUPS,
@@ -130,7 +130,8 @@ class Census:
 
     def walk(self, out: list[EventTuple], stacks: dict[int, tuple[str, ...]]) -> None:
         """Append one census (CENSUS_BEGIN ... CENSUS_END); new creation-site names go into
-        ``stacks``. Never raises for a target that exits mid-walk: the END says so."""
+        ``stacks``. Never raises for a target that exits mid-walk: the END says so.
+        Raises TargetMemoryError for an implausible pointer or length in the target."""
         t0 = time.monotonic_ns()
         cpu0 = time.thread_time()
         if not self._announced:
@@ -153,6 +154,7 @@ class Census:
             ptr, n = struct.unpack("<QQ", self.mem.read(self.allgs, 16))
         except OSError:
             ptr, n, cut = 0, 0, CensusCut.TARGET_GONE
+        check_count("len(allgs)", n, MAX_GOROUTINES)  # else the census stops, and says why
         out.append((t0, Kind.CENSUS_BEGIN, NO_P, 0, 0, self.seq, n))
         if n > self.max_goroutines:
             cut |= CensusCut.LIMIT

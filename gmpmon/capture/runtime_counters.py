@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass
 
 from gmpmon.binary.info import BinaryInfo
-from gmpmon.capture.targetmem import TargetMemory
+from gmpmon.capture.targetmem import MAX_ALLP, MAX_GOROUTINES, TargetMemory, check_count
 from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal
 
 _I = struct.Struct("<I")
@@ -186,7 +186,7 @@ class RuntimeCounters:
         nprocs = 0
         if self.allp is not None:
             ptr, n = struct.unpack("<QQ", mem.read(self.allp, 16))
-            n = min(n, MAX_PROCS)
+            n = min(check_count("len(allp)", n, MAX_ALLP), MAX_PROCS)
             nprocs = n
             if (ptr, n) != self._allp_at:  # the array changes only with its header
                 self._ptrs = struct.unpack(f"<{n}Q", mem.read(ptr, 8 * n)) if n else ()
@@ -226,7 +226,7 @@ class RuntimeCounters:
         gcount = 0
         allglen = 0
         if RtFeature.GOROUTINES not in self.missing and self.allglen is not None:
-            allglen = mem.u64(self.allglen)
+            allglen = check_count("allglen", mem.u64(self.allglen), MAX_GOROUTINES)
             free = (
                 _i.unpack_from(s, f["gFree.n"])[0]
                 if "gFree.n" in f

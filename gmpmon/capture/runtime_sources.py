@@ -19,9 +19,13 @@ from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.sampler import check_layout
 from gmpmon.capture.targetmem import TargetMemory
+from gmpmon.errors import CaptureError, GmpmonError
 from gmpmon.events import NO_P, EventTuple, Kind, RtFeature
 from gmpmon.priority import name_thread
 
+_COUNTER_FEATURES = tuple(sorted(
+    set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT, RtFeature.CENSUS_SITES,
+                      RtFeature.CENSUS_STACKS, RtFeature.P_SAMPLES}))
 COUNTERS_S = 0.1  # 10 Hz: a read is ~130 µs on a loaded machine, and its deltas feed the model
 CENSUS_S = 1.0
 CENSUS_DUTY = 0.02
@@ -45,6 +49,10 @@ class RuntimeSources:
         self.counters_ns = int(counters_s * 1e9)
         self.census_s = census_s
         self.errors: list[str] = []  # one line each, for the user
+        # A reader that stopped mid-run: (one line, exit code). The target's memory is not
+        # trusted (capture/targetmem.py); a reader that meets an implausible value stops,
+        # says so here and in the model (RT_MISSING with a1 = 1), and the capture goes on.
+        self.failures: list[tuple[str, int]] = []
         self.counters: RuntimeCounters | None = None
         self.census: Census | None = None
         off: set[RtFeature] = set()
@@ -98,12 +106,25 @@ class RuntimeSources:
         while not self._stop.is_set():
             events: list[EventTuple] = []
             stacks: Stacks = {}
-            census.walk(events, stacks)
+            try:
+                census.walk(events, stacks)
+            except Exception as e:  # said in the report: a reader never dies silently
+                self._failed("goroutine census", e)
+                stopped = (time.monotonic_ns(), Kind.RT_MISSING, NO_P, 0, 0,
+                           int(RtFeature.CENSUS), 1)
+                with self._lock:
+                    self._done.append(([stopped], {}))
+                return
             with self._lock:
                 self._done.append((events, stacks))
             if census.target_gone:
                 return  # nothing more to walk; the last census stands
             self._stop.wait(max(self.census_s, census.last_cpu_s / CENSUS_DUTY))
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        msg = e.one_line() if isinstance(e, GmpmonError) else f"{type(e).__name__}: {e}"
+        code = e.exit_code if isinstance(e, GmpmonError) else CaptureError.exit_code
+        self.failures.append((f"{what} stopped: {msg}", code))
 
     def poll(self, now: int, out: list[EventTuple], stacks: Stacks, *, final: bool = False
              ) -> None:
@@ -117,6 +138,11 @@ class RuntimeSources:
                 self.counters.read(now, out)
             except OSError:
                 self.failed_reads += 1  # the target is gone: capture's liveness check says so
+            except GmpmonError as e:
+                self._failed("runtime counters", e)
+                out.extend((now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 1)
+                           for f in _COUNTER_FEATURES)
+                self.counters = None
             self._next_counters = now + self.counters_ns
         if self._done:
             with self._lock:

@@ -16,7 +16,6 @@ be another version's): when a check fails the Sampler is not made, and the error
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import struct
 import time
@@ -24,7 +23,7 @@ import time
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
 from gmpmon.binary.validate import GROUPS, Layout, trusted, validate_layout
-from gmpmon.capture.targetmem import running
+from gmpmon.capture.targetmem import MAX_ALLP, check_count, read_fd, running
 from gmpmon.errors import TargetError, UnsupportedError
 from gmpmon.events import EventTuple, Kind
 
@@ -53,7 +52,7 @@ def check_layout(
         deadline = time.monotonic() + (STARTING_S if starting else 0)
         while True:
             layout = validate_layout(
-                info, lambda a, n: os.pread(fd, n, a), groups=groups,
+                info, lambda a, n: read_fd(fd, a, n), groups=groups,
                 tids=lambda: _tids(pid),
             )
             if layout.ok(*groups) or time.monotonic() >= deadline:
@@ -193,18 +192,17 @@ class Sampler:
             self._fd = -1
 
     def _read(self, addr: int, size: int) -> bytes:
-        b = os.pread(self._fd, size, addr)
-        if len(b) < size:
-            # An exited (or exec'd) target's memory reads as empty, not as an error.
-            raise OSError(errno.EIO, f"short read of the target's memory at {addr:#x}")
-        return b
+        # Checked (capture/targetmem.py): a pointer the target holds outside user space is
+        # TargetMemoryError, not OverflowError; an exited target's short read is OSError.
+        return read_fd(self._fd, addr, size)
 
     def sample(self, out: list[EventTuple]) -> None:
         """Append one P_SAMPLE per P and one SCHED_SAMPLE. Raises OSError when the target
-        is gone."""
+        is gone, TargetMemoryError when it holds an implausible pointer or length."""
         now = time.monotonic_ns()
         head = self._read(self.allp, 16)
         ptr, n = struct.unpack("<QQ", head)
+        n = check_count("len(allp)", n, MAX_ALLP)
         n = min(n, MAX_PROCS)
         if (ptr, n) != self._allp_at:
             self._ptrs = struct.unpack(f"<{n}Q", self._read(ptr, 8 * n)) if n else ()

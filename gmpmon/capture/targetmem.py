@@ -1,38 +1,186 @@
-"""Reads of the target's memory through /proc/PID/mem (pread: the target never stops)."""
+"""Reads of the target's memory through /proc/PID/mem (pread: the target never stops).
+
+The target is not trusted: every address and length gmpmon reads comes from the target's own
+memory, which its owner may rewrite. So every read goes through :func:`check_span` first: an
+address must lie in the canonical user half of x86-64/arm64 (``0 < addr``, ``addr + size <=
+USER_END``) and a length must be under a cap. Anything else raises :class:`TargetMemoryError`,
+gmpmon's own error, never ``OverflowError`` (what ``os.pread`` raises for an offset >= 2^63)
+and never a gigabyte allocation.
+
+Two ways to read:
+
+* :meth:`TargetMemory.read` — one span, whole or an error (``OSError`` when the target is gone
+  or the page is unmapped, ``TargetMemoryError`` when the span itself is implausible);
+* :meth:`TargetMemory.readv` — many spans in few syscalls (``process_vm_readv``, up to IOV_MAX
+  spans a call); a span that cannot be read, or fails :func:`check_span`, comes back as
+  ``None`` instead of failing the batch. Falls back to one ``pread`` a span where
+  ``process_vm_readv`` is refused (seccomp, an old kernel).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import errno
 import os
 import struct
 
+from gmpmon.errors import TargetMemoryError
+
 _Q = struct.Struct("<Q")
+
+# The canonical user half (47-bit virtual addresses on x86-64 and arm64 without LA57/52-bit VA,
+# which Go's own heap never uses): 0x0000_8000_0000_0000 is the first non-user address.
+USER_END = 0x0000_8000_0000_0000
+# One read never exceeds this: the largest thing gmpmon reads at once is a P array or a chunk
+# of goroutine descriptors, a few MB at most.
+MAX_READ = 64 << 20
+_IOV_MAX = 1024
+# Plausible ranges of runtime values that size a loop or an allocation (check_count).
+# Each goroutine takes >= 2 KiB of stack plus its g: 2^26 of them is over 150 GB.
+MAX_GOROUTINES = 1 << 26
+MAX_ALLP = 1 << 20  # len(allp): GOMAXPROCS at its highest so far
+
+
+def check_span(addr: int, size: int, cap: int = MAX_READ) -> None:
+    """Raise :class:`TargetMemoryError` unless ``[addr, addr+size)`` is a plausible read:
+    a user-space address (not null, below :data:`USER_END`) and ``0 <= size <= cap``."""
+    if not 0 <= size <= cap:
+        raise TargetMemoryError(
+            f"refused a read of {size} bytes of the target's memory (cap {cap})",
+            hint="a runtime value in the target is implausible",
+        )
+    if addr <= 0 or addr + size > USER_END:
+        raise TargetMemoryError(
+            f"refused a read of the target's memory at {addr:#x}: not a user-space address",
+            hint="a runtime pointer in the target is implausible",
+        )
+
+
+def check_count(name: str, n: int, most: int) -> int:
+    """A value read from the target that sizes a loop or an allocation: ``0 <= n <= most``."""
+    if not 0 <= n <= most:
+        raise TargetMemoryError(
+            f"the target's {name} is {n}, outside 0..{most}",
+            hint="the target's runtime state is implausible",
+        )
+    return n
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+def _libc_vm_readv() -> object | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6", use_errno=True)
+        fn = libc.process_vm_readv
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_ssize_t
+    fn.argtypes = [
+        ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong,
+        ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.c_ulong,
+    ]
+    return fn
+
+
+_vm_readv = _libc_vm_readv()
 
 
 class TargetMemory:
     """One open /proc/PID/mem. Every read raises OSError when the target is gone: an exited
-    process's memory reads as ``b""``, not as an error, so lengths are checked here."""
+    process's memory reads as ``b""``, not as an error, so lengths are checked here; and
+    :class:`TargetMemoryError` for an address or length that is not plausible."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
         self.reads = 0
+        self._vm_ok = _vm_readv is not None
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
-    def read(self, addr: int, size: int) -> bytes:
-        self.reads += 1
-        b = os.pread(self._fd, size, addr)
-        if len(b) < size:
-            raise OSError(errno.EIO, f"short read of the target's memory at {addr:#x}")
-        return b
+    def read(self, addr: int, size: int, cap: int = MAX_READ) -> bytes:
+        return read_fd(self._fd, addr, size, cap, self)
 
     def u64(self, addr: int) -> int:
         v: int = _Q.unpack(self.read(addr, 8))[0]
         return v
+
+    def readv(self, spans: list[tuple[int, int]], cap: int = MAX_READ) -> list[bytes | None]:
+        """Read many ``(addr, size)`` spans; an unreadable or implausible one is ``None``.
+        Raises OSError only when the target is gone (nothing at all could be read)."""
+        out: list[bytes | None] = [None] * len(spans)
+        good = []
+        for i, (addr, size) in enumerate(spans):
+            try:
+                check_span(addr, size, cap)
+            except TargetMemoryError:
+                continue
+            good.append(i)
+        if self._vm_ok:
+            try:
+                for k in range(0, len(good), _IOV_MAX):
+                    self._vm_batch(spans, good[k : k + _IOV_MAX], out)
+                return out
+            except PermissionError:
+                self._vm_ok = False  # refused here: fall back to pread for good
+        for i in good:
+            with contextlib.suppress(OSError):
+                out[i] = self.read(*spans[i], cap)
+        return out
+
+    def _vm_batch(self, spans: list[tuple[int, int]], idx: list[int],
+                  out: list[bytes | None]) -> None:
+        assert _vm_readv is not None
+        while idx:
+            n = len(idx)
+            local = (_Iovec * n)()
+            remote = (_Iovec * n)()
+            bufs = []
+            for j, i in enumerate(idx):
+                addr, size = spans[i]
+                buf = ctypes.create_string_buffer(size)
+                bufs.append(buf)
+                local[j].iov_base = ctypes.cast(buf, ctypes.c_void_p)
+                local[j].iov_len = size
+                remote[j].iov_base = addr
+                remote[j].iov_len = size
+            self.reads += 1
+            got = _vm_readv(self.pid, local, n, remote, n, 0)  # type: ignore[operator]
+            if got < 0:
+                e = ctypes.get_errno()
+                if e in (errno.EPERM, errno.ENOSYS):
+                    raise PermissionError(e, os.strerror(e))
+                if e == errno.ESRCH:
+                    raise ProcessLookupError(e, f"process {self.pid} is gone")
+                got = 0  # EFAULT on the first span: it alone is unreadable
+            # Whole iovecs are transferred in order; the first one short is unreadable (a
+            # partial transfer stops there), the rest are tried again in the next call.
+            j = 0
+            while j < n and got >= spans[idx[j]][1]:
+                got -= spans[idx[j]][1]
+                out[idx[j]] = bufs[j].raw
+                j += 1
+            idx = idx[j + 1 :]
+
+
+def read_fd(fd: int, addr: int, size: int, cap: int = MAX_READ,
+            counter: TargetMemory | None = None) -> bytes:
+    """The one checked pread of /proc/PID/mem (for readers that hold their own fd)."""
+    check_span(addr, size, cap)
+    if counter is not None:
+        counter.reads += 1
+    b = os.pread(fd, size, addr)
+    if len(b) < size:
+        raise OSError(errno.EIO, f"short read of the target's memory at {addr:#x}")
+    return b
 
 
 def running(pid: int) -> bool:

@@ -328,10 +328,14 @@ def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
 
 def thread_failure(session: LiveSession) -> int:
     """The exit code: 0, or, after one line saying what, that of a failure in the capture
-    or model thread (which ended the run early: see LiveSession._run)."""
+    or model thread (which ended the run early: see LiveSession._run), else that of the
+    first reader that stopped mid-run (the capture went on without it; docs/safety.md)."""
     e = session.error
     if e is None:
-        return 0
+        failed = session.capture.failures()
+        for line, _ in failed:
+            say(f"gmpmon: {line}; the capture went on without it")
+        return failed[0][1] if failed else 0
     msg = e.one_line() if isinstance(e, GmpmonError) else f"{type(e).__name__}: {e}"
     say(f"gmpmon: stopped: {msg}; probes detached, outputs written")
     return e.exit_code if isinstance(e, GmpmonError) else CaptureError.exit_code

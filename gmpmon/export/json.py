@@ -258,6 +258,7 @@ def runtime_summary(rv: RuntimeView | None) -> dict[str, Any] | None:
         "source": rv.source,
         "reads": rv.reads,
         "missing": list(rv.missing),
+        "stopped": list(rv.stopped),
         "sched_latency_ns": (
             {"note": rv.latency_note, **(_rt_lat(rv.latency) or {})}
             if has(RtFeature.LATENCY)

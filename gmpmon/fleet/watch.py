@@ -54,6 +54,7 @@ class Watch:
         self.sampler: Sampler | None = None
         self.threads = SchedstatTotals(proc.pid)
         self.missing: list[str] = []
+        self._failures_said = 0
         self._p_seconds: dict[tuple[int, str], float] = {}
         self._p_last: dict[int, tuple[int, int]] = {}  # p -> (ts, status)
         self._ps_events: list[EventTuple] = []  # P samples taken between refreshes
@@ -93,6 +94,9 @@ class Watch:
             self._stacks.update(stacks)
             if self.sources.failed_reads > failed:
                 self.down_reason = "target exited"
+            for line, _ in self.sources.failures[self._failures_said:]:
+                self.missing.append(line)  # a reader that met an implausible value
+            self._failures_said = len(self.sources.failures)
         self._sample_ps(out)
         self.cgroup.read(now, out)
         for e in out:
@@ -127,6 +131,10 @@ class Watch:
                 self.sampler.sample(out)
             except OSError:
                 self.down_reason = "target exited"
+            except GmpmonError as e:  # an implausible pointer in the target: no P states
+                self.missing.append(f"P states stopped: {e.one_line()}")
+                self.sampler.close()
+                self.sampler = None
 
     def _p_sample(self, e: EventTuple) -> None:
         ts, p, status = e[0], e[2], e[5] & 0xFF

@@ -104,6 +104,9 @@ class RuntimeView:
     runtime_lock_wait_ns: int | None
     missing: tuple[str, ...]  # features this target lacks, one line each
     census: CensusView | None
+    # Of ``missing``, those whose reader stopped mid-run (the target's memory held an
+    # implausible value): what was read before that is kept, nothing after.
+    stopped: tuple[str, ...] = field(default=())
     latency_note: str = LATENCY_NOTE
     source: str = SOURCE_COUNTERS
     # Recent goroutine counts (ts, gcount), one per ~100 ms, for a sparkline or a series.
@@ -140,6 +143,7 @@ class RuntimePart(Part):
         self._totals: dict[int, int] = {}
         self._has_total: set[int] = set()
         self._missing: set[int] = set()
+        self._stopped: set[int] = set()
         self._ticks: dict[int, list[int]] = {}
         self.reads = 0
         self._since = -1
@@ -213,6 +217,8 @@ class RuntimePart(Part):
 
     def on_missing(self, e: EventTuple) -> None:
         self._missing.add(e[5])
+        if e[6] == 1:
+            self._stopped.add(e[5])
 
     # ------------------------------------------------------------------ census
 
@@ -387,5 +393,6 @@ class RuntimePart(Part):
             runtime_lock_wait_ns=total(RtTotal.RUNTIME_LOCK_WAIT, RtFeature.RUNTIME_LOCK_WAIT),
             missing=tuple(RT_FEATURE_NAMES.get(f, f"feature {f}") for f in sorted(self._missing)),
             census=self._census,
+            stopped=tuple(RT_FEATURE_NAMES.get(f, f"feature {f}") for f in sorted(self._stopped)),
             goroutines_series=tuple(self._series),
         )
