@@ -8,8 +8,8 @@ g.stack.hi) and passes the bytes; nothing here touches /proc. The walk is the ru
   (``funcspdelta``): fp = sp + spdelta + 8 (amd64 has no link register), the caller's pc is
   the word at fp - 8 and its sp is fp;
 - a function flagged TopFrame (goexit, mstart, rt0_go, ...) ends the stack;
-- for every frame but the innermost the symbolic pc is pc - 1 (the CALL, not the return
-  address) for file:line and the inline tree;
+- the symbolic pc is pc - 1 (the CALL, not the return address; saved g.sched and
+  syscallpc are return addresses too) for file:line and the inline tree;
 - inlined calls: FUNCDATA_InlTree + PCDATA_InlTreeIndex at that pc give the innermost
   inlined function; its parentPc is a pc in the caller where the lookup starts again, until
   the index is < 0 (the physical function). Go prints each inlined frame as ``f(...)`` with
@@ -85,6 +85,7 @@ class Unwinder:
         self._gofunc: int | None = None
         self._names: dict[int, str] = {}
         self._wrapper_id: int | None = None
+        self._phys: dict[tuple[int, bool], tuple[list[Frame], int | None, int]] = {}
 
     # -- function table ---------------------------------------------------------------------
 
@@ -98,7 +99,9 @@ class Unwinder:
         return int(lt.func_off + lt.funcs[i])
 
     def entry(self, fo: int) -> int:
-        return self.text + struct.unpack_from("<I", self.data, fo)[0]
+        e: int = struct.unpack_from("<I", self.data, fo)[0]
+        e: int = struct.unpack_from("<I", self.data, fo)[0]
+        return self.text + e
 
     def name(self, fo: int) -> str:
         return self._name_at(struct.unpack_from("<i", self.data, fo + 4)[0])
@@ -179,10 +182,12 @@ class Unwinder:
 
     # -- frames -----------------------------------------------------------------------------
 
-    def frames_at(self, fo: int, pc: int, innermost: bool) -> list[Frame]:
-        """The logical frames (inlined ones first) of the physical frame at pc."""
+    def frames_at(self, fo: int, pc: int, trap: bool = False) -> list[Frame]:
+        """The logical frames (inlined ones first) of the physical frame at pc. Like the
+        runtime's ``symPC``, file:line and the inline tree are looked up at pc - 1 (the
+        CALL) unless pc is the function's entry or a trapping instruction (a sample)."""
         entry = self.entry(fo)
-        sym = pc if innermost or pc <= entry else pc - 1
+        sym = pc if trap or pc <= entry else pc - 1
         out: list[Frame] = []
         tree = self._funcdata(fo, FUNCDATA_INLTREE)
         if tree is not None:
@@ -207,35 +212,52 @@ class Unwinder:
         out.append(Frame(self.name(fo), file, line, pc, off, False, self.func_id(fo), entry))
         return out
 
-    def unwind(self, pc: int, sp: int, stack: bytes, stack_base: int) -> tuple[list[Frame], str]:
-        """Frames from (pc, sp), innermost first; ``stack`` holds the bytes at
-        [stack_base, stack_base + len(stack)) and must cover sp up to the stack's top.
+    def physical(self, pc: int, trap: bool) -> tuple[list[Frame], int | None, int] | None:
+        """(logical frames, sp delta, flag) of the physical frame at pc, cached: goroutines
+        parked at one site repeat the same pcs."""
+        key = (pc, trap)
+        got = self._phys.get(key)
+        if got is None:
+            fo = self.findfunc(pc)
+            if fo is None:
+                return None
+            got = (self.frames_at(fo, pc, trap), self.spdelta(fo, pc), self.flag(fo))
+            self._phys[key] = got
+        return got
+
+    def unwind(self, pc: int, sp: int, stack: bytes, stack_base: int,
+               bias: int = 0, trap: bool = False) -> tuple[list[Frame], str]:
+        """Frames from (pc, sp), innermost first. ``pc`` is link-time; ``sp`` and
+        ``stack_base`` are the target's addresses; ``stack`` holds the bytes at
+        [stack_base, stack_base + len(stack)) and should cover sp up to the stack's top;
+        return addresses read from it are runtime pcs (``bias`` is subtracted). ``trap``:
+        the first pc was interrupted (a sample), not a return address (saved registers).
         Returns the frames and OK, or what stopped the walk early."""
         frames: list[Frame] = []
         innermost = True
         end = stack_base + len(stack)
         for _ in range(MAX_FRAMES):
-            fo = self.findfunc(pc)
-            if fo is None:
+            got = self.physical(pc, trap and innermost)
+            if got is None:
                 return frames, BAD_PC
-            frames.extend(self.frames_at(fo, pc, innermost))
-            flag = self.flag(fo)
+            logical, delta, flag = got
+            frames.extend(logical)
             if flag & FUNCFLAG_TOPFRAME:
                 return frames, OK
             if flag & FUNCFLAG_SPWRITE and not innermost:
                 return frames, SPWRITE
-            delta = self.spdelta(fo, pc)
             if delta is None:
                 return frames, BAD_PC
             fp = sp + delta + 8
             at = fp - 8 - stack_base
             if at < 0 or fp > end:
                 return frames, TRUNCATED
-            pc = struct.unpack_from("<Q", stack, at)[0]
+            ret = struct.unpack_from("<Q", stack, at)[0]
+            if ret == 0:
+                return frames, OK
+            pc = ret - bias
             sp = fp
             innermost = False
-            if pc == 0:
-                return frames, OK
         return frames, TOO_DEEP
 
 
