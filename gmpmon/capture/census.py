@@ -262,6 +262,12 @@ class Census:
                     if sid is None:
                         sid = ws.stack_id(shape, row[i_spc], row[i_ssp], row[i_sbp],
                                           row[i_slo], hi)
+                        # The G may have run while its stack was read: read it again, and
+                        # keep the stack only if it is still parked at the same place.
+                        again = unpack(self.mem.read(gp + lo, span))
+                        if (again[i_status], again[i_spc], again[i_ssp]) != (
+                                row[i_status], row[i_spc], row[i_ssp]):
+                            sid = ws.moved(shape)
                     gkey = (key, sid, row[i_gopc] if i_gopc >= 0 else 0, startpc)
                     acc = groups.get(gkey)
                     if acc is None:

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from gmpmon.binary.info import BinaryInfo
+from gmpmon.binary.unwind import OK, TRUNCATED, Unwinder, visible
+from gmpmon.capture.targetmem import TargetMemory
+from gmpmon.errors import GmpmonError
 from gmpmon.events import CENSUS_STACK_BASE, MAX_STACK_FRAMES, UNKNOWN_FRAME
 
 # (pc, sp, bp, stack.lo, stack.hi) -> function names, leaf first; raises OSError/ValueError
@@ -26,10 +30,44 @@ from gmpmon.events import CENSUS_STACK_BASE, MAX_STACK_FRAMES, UNKNOWN_FRAME
 Unwind = Callable[[int, int, int, int, int], Sequence[str]]
 Shape = tuple[int, int, int, int]  # (startpc, sched.pc, hi - sp, hi - bp)
 
+MAX_STACK_READ = 64 << 10  # bytes of a stack read from sp up (deeper: the leaf end is kept)
 MAX_SHAPES = 50_000  # shape -> stack id entries kept across walks (cleared when full)
 MAX_UNWINDS = 2_000  # unwinds per walk at most: beyond, a new shape counts as not unwound
 CUT = "[...]"
 NOT_UNWOUND = "[stack not unwound]"
+
+
+def census_unwinder(info: BinaryInfo, mem: TargetMemory) -> Unwind | None:
+    """The census's unwind: gdump's pclntab unwinder (gmpmon/binary/unwind.py) over the
+    stack bytes read from ``sp`` up; the frames Go's own dump prints (``visible``: wrappers and
+    runtime internals hidden, as ``gmpmon goroutines`` and debug=2 show them). None when the
+    binary's pclntab cannot be walked."""
+    from gmpmon.binary.elf import Elf
+    from gmpmon.binary.load import read_file
+
+    try:
+        uw = Unwinder(Elf(read_file(info.path), info.path))
+        wrapper = uw.wrapper_id
+    except (GmpmonError, OSError, ValueError, KeyError, IndexError):
+        return None
+    bias = info.load_bias
+
+    def unwind(pc: int, sp: int, bp: int, lo: int, hi: int) -> list[str]:
+        if not lo <= sp < hi:
+            raise ValueError("sched.sp outside the goroutine's stack")
+        stack = mem.read(sp, min(hi - sp, MAX_STACK_READ))
+        frames, why = uw.unwind(pc - bias, sp, stack, sp, bias)
+        if why not in (OK, TRUNCATED) or not frames:
+            raise ValueError(f"stack not walked: {why}")
+        out: list[str] = []
+        callee = 0
+        for f in frames:
+            if visible(f, not out, callee, wrapper):
+                out.append(f.func)
+            callee = f.func_id
+        return out or [frames[0].func]
+
+    return unwind
 
 
 class WaitStacks:
@@ -65,6 +103,13 @@ class WaitStacks:
         sid = self._intern((CUT, *frames) if cut else frames)
         self.shapes[shape] = sid
         return sid
+
+    def moved(self, shape: Shape) -> int:
+        """The goroutine moved while its stack was read: that stack is not kept."""
+        if self.shapes.get(shape) is not None:
+            del self.shapes[shape]
+        self.failed += 1
+        return self._intern((NOT_UNWOUND,))
 
     def _intern(self, frames: tuple[str, ...]) -> int:
         sid = self._ids.get(frames)

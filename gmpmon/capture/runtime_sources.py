@@ -15,6 +15,7 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.census import Census
+from gmpmon.capture.censusstacks import census_unwinder
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.sampler import check_layout
@@ -73,7 +74,8 @@ class RuntimeSources:
             off |= set(RtFeature) - CENSUS_FEATURES
         if census_s > 0 and layout.ok("allgs"):
             try:
-                self.census = Census(info, self.mem, sites=sites)
+                self.census = Census(info, self.mem, sites=sites,
+                                     unwind=census_unwinder(info, self.mem))
             except (KeyError, ValueError) as e:
                 self.errors.append(f"goroutine census off: {e}")
                 off.add(RtFeature.CENSUS)
