@@ -12,10 +12,10 @@ from gmpmon.model.runtime import CensusView
 from gmpmon.model.waitstacks import CensusStack, top_frames
 from gmpmon.tui.render import fmt_count, fmt_ns
 
-# (label, sort key, descending by default)
-GROUP_COLUMNS: tuple[str, ...] = ("#", "count", "state", "wait reason", "waited max",
-                                  "where (leaf < callers)", "created by")
+GROUP_COLUMNS: tuple[str, ...] = ("#", "count", "state", "waited max", "created by",
+                                  "where (leaf < callers)")
 WHERE = 5  # the column that takes the terminal's extra width
+CREATOR_WIDTH = 20  # the creation site keeps its end (`…(*Transport).dialConn`)
 
 
 def group_matches(w: CensusStack, text: str) -> bool:
@@ -39,15 +39,16 @@ def user_groups(c: CensusView | None, text: str = "") -> list[tuple[int, CensusS
 
 def group_row(rank: int, w: CensusStack) -> list[Text]:
     waited = fmt_ns(w.wait_max_ns) if w.waited else "–"
-    created = f"{w.creator} (go {w.start})" if w.creator else "–"
+    created = w.creator or "–"
+    if len(created) > CREATOR_WIDTH:
+        created = "…" + created[-(CREATOR_WIDTH - 1):]
     return [
         Text(str(rank), style="dim"),
         Text(fmt_count(w.count), style="bold"),
-        Text(w.state, style="#6e7681"),
-        Text(w.reason),
+        Text(w.reason or w.state),  # as Go's dump heads a goroutine: [chan receive]
         Text(waited, style="dim"),
-        Text(top_frames(w.frames)),
         Text(created, style="#6e7681"),
+        Text(top_frames(w.frames)),
     ]
 
 

@@ -344,7 +344,9 @@ class Census:
         stacks.update(ws.take())
         merged: dict[tuple[Key, int, int], list[int]] = {}  # by creation-site name, not pc
         for (key, sid, gopc, startpc), acc in groups.items():
-            site = self._site_id(self._site_name(gopc, startpc), stacks) if gopc else 0
+            name = self._site_name(gopc, startpc) if gopc else None
+            # The main goroutine has no go statement (Go's dump prints no "created by").
+            site = self._site_id(name, stacks) if name and name[1] != "runtime.main" else 0
             m = merged.get((key, sid, site))
             if m is None:
                 merged[(key, sid, site)] = list(acc)

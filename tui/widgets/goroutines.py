@@ -71,7 +71,17 @@ class GoroutinesView(Vertical):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "cycle_sort", "Sort", show=True),
         Binding("w", "toggle_stacks", "Stacks/Gs", show=True),
+        Binding("j", "cursor(1)", "Down", show=False),
+        Binding("k", "cursor(-1)", "Up", show=False),
     ]
+
+    def action_cursor(self, step: int) -> None:
+        """j/k move the table's cursor, as the arrows do (and scroll the other views)."""
+        table: DataTable[str | Text] = self.query_one(DataTable)
+        if step > 0:
+            table.action_cursor_down()
+        else:
+            table.action_cursor_up()
 
     def compose(self) -> ComposeResult:
         yield Static(id="g-summary")
