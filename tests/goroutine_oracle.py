@@ -73,11 +73,17 @@ class Result:
                 f"{self.pct(self.same_reason):.1f}%")
 
 
-def compare(ours: str, go: str) -> Result:
+def compare(ours: str, go: str, go_before: str | None = None) -> Result:
+    """With ``go_before`` (Go's dump taken just before gmpmon's), only the goroutines parked
+    at the same place in both of Go's dumps count: the others were created, or moved, while
+    the dumps were taken (the oracle's own HTTP request makes a few)."""
     mine, theirs = parse(ours), parse(go)
+    before = parse(go_before) if go_before is not None else None
     r = Result(0, 0, 0, 0, [])
     for goid, (state, funcs) in theirs.items():
         if state in MOVING:
+            continue
+        if before is not None and before.get(goid) != (state, funcs):
             continue
         r.parked += 1
         got = mine.get(goid)

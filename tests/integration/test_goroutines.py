@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -47,13 +49,15 @@ def start_stacks(version: str, mode: str, *extra: str) -> tuple[subprocess.Popen
 def test_dump_matches_debug2(version: str, mode: str) -> None:
     p, port = start_stacks(version, mode)
     try:
+        url = f"http://127.0.0.1:{port}/debug/pprof/goroutine?debug=2"
+        before = fetch(url)
         r = gmpmon("goroutines", str(p.pid))
-        go = fetch(f"http://127.0.0.1:{port}/debug/pprof/goroutine?debug=2")
+        go = fetch(url)
     finally:
         p.kill()
         p.wait()
     assert r.returncode == 0, r.stderr
-    res = compare(r.stdout, go)
+    res = compare(r.stdout, go, before)
     print(f"go{version} {mode}: {res.line()}")
     assert res.parked >= 8 * 20 + 3, res.line()
     for n in (res.present, res.same_frames, res.same_reason):
@@ -101,3 +105,42 @@ def test_not_a_go_process() -> None:
         p.wait()
     assert r.returncode == 4, r.stderr
     assert r.stderr.startswith("gmpmon: ") and len(r.stderr.strip().splitlines()) == 1
+
+
+PROMETHEUS = Path("/usr/bin/prometheus")  # Debian's: go1.19, stripped, dynamically linked
+
+
+def test_prometheus_matches_debug2(tmp_path: Path) -> None:
+    assert PROMETHEUS.exists(), "Debian's prometheus is part of the corpus (scripts/setup)"
+    port = free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: self\n"
+                   f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
+    p = subprocess.Popen(
+        [str(PROMETHEUS), f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if "Ready" in fetch(base + "/-/ready", timeout=2):
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and p.poll() is None, "prometheus did not start"
+            time.sleep(0.2)
+        time.sleep(2)  # a few scrapes: the scrape loop's goroutines are up
+        before = fetch(base + "/debug/pprof/goroutine?debug=2")
+        r = gmpmon("goroutines", str(p.pid))
+        after = fetch(base + "/debug/pprof/goroutine?debug=2")
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    res = compare(r.stdout, after, before)
+    print(f"prometheus: {res.line()}")
+    assert res.parked >= 15, res.line()
+    for n in (res.present, res.same_frames, res.same_reason):
+        assert n >= 0.99 * res.parked, (res.line(), res.mismatches[:10])
