@@ -80,7 +80,7 @@ class Unwinder:
         self.old = magic == pclntab.MAGIC_118
         self.hdr = 40 if self.old else 44
         self.funcname_off = struct.unpack_from("<Q", d, 8 + 3 * 8)[0]
-        self.text = lt.text
+        self.text: int = lt.text
         self.elf = elf
         self._gofunc: int | None = None
         self._names: dict[int, str] = {}
@@ -99,7 +99,6 @@ class Unwinder:
         return int(lt.func_off + lt.funcs[i])
 
     def entry(self, fo: int) -> int:
-        e: int = struct.unpack_from("<I", self.data, fo)[0]
         e: int = struct.unpack_from("<I", self.data, fo)[0]
         return self.text + e
 

@@ -111,6 +111,8 @@ class GoroutineReader:
         self.span = pos - self.lo
         self._names = [n for _o, n, _c in fields]
         self._funcs: dict[int, tuple[str, int]] = {}
+        self._creators: dict[int, Frame | None] = {}
+        self._shown_cache: dict[tuple[int, ...], list[Frame]] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -232,19 +234,7 @@ class GoroutineReader:
             pc, sp = self._start(row)
             frames, why = self.uw.unwind(pc - self.bias, sp, stack, sp, self.bias)
         shown = self._shown(frames)
-        created = None
-        gopc = row.get("gopc", 0)
-        if gopc and row["goid"] != 1:
-            fo = self.uw.findfunc(gopc - self.bias)
-            if fo is not None:
-                entry = self.uw.entry(fo)
-                link = gopc - self.bias
-                file, line = self.uw.file_line(fo, link - 1 if link > entry else link)
-                name = self.uw.name(fo)
-                f = Frame(name, file, line, link, link - entry if link > entry else None,
-                          False, self.uw.func_id(fo), entry)
-                if visible(f, False, 0, self.uw.wrapper_id):
-                    created = f
+        created = self._created(row.get("gopc", 0)) if row["goid"] != 1 else None
         return Goroutine(
             goid=row["goid"], status=status, status_code=code, scan=bool(raw & GSCAN),
             wait_reason=reason, wait_ns=wait_ns, locked=bool(row.get("lockedm", 0)),
@@ -252,7 +242,31 @@ class GoroutineReader:
             created_by=created, creator=row.get("parent", 0), p=p,
         )
 
+    def _created(self, gopc: int) -> Frame | None:
+        """printcreatedby: the go statement's function (physical), file:line at gopc - 1."""
+        if gopc in self._creators:
+            return self._creators[gopc]
+        created = None
+        link = gopc - self.bias
+        fo = self.uw.findfunc(link) if gopc else None
+        if fo is not None:
+            entry = self.uw.entry(fo)
+            file, line = self.uw.file_line(fo, link - 1 if link > entry else link)
+            f = Frame(self.uw.name(fo), file, line, link,
+                      link - entry if link > entry else None, False, self.uw.func_id(fo), entry)
+            if visible(f, False, 0, self.uw.wrapper_id):
+                created = f
+        self._creators[gopc] = created
+        return created
+
     def _shown(self, frames: list[Frame]) -> list[Frame]:
+        key = tuple(map(id, frames))  # Frames come from the unwinder's cache: ids are stable
+        got = self._shown_cache.get(key)
+        if got is None:
+            got = self._shown_cache[key] = self._filter(frames)
+        return got
+
+    def _filter(self, frames: list[Frame]) -> list[Frame]:
         wrapper = self.uw.wrapper_id
         out: list[Frame] = []
         callee = 0
