@@ -46,6 +46,7 @@ class RuntimeSources:
         census_s: float = CENSUS_S,
         starting: bool = False,
         sites: GoSites | None = None,
+        stacks: bool = True,
     ) -> None:
         self.counters_ns = int(counters_s * 1e9)
         self.census_s = census_s
@@ -74,8 +75,12 @@ class RuntimeSources:
             off |= set(RtFeature) - CENSUS_FEATURES
         if census_s > 0 and layout.ok("allgs"):
             try:
-                self.census = Census(info, self.mem, sites=sites,
-                                     unwind=census_unwinder(info, self.mem))
+                # Wait stacks need the binary's pclntab in memory (an Unwinder holds the file):
+                # `gmpmon serve` watching many processes goes without (stacks=False).
+                unwind = census_unwinder(info, self.mem) if stacks else None
+                self.census = Census(info, self.mem, sites=sites, unwind=unwind)
+                if not stacks:  # not asked for: nothing missing to say
+                    self.census.missing.pop(RtFeature.CENSUS_STACKS, None)
             except (KeyError, ValueError) as e:
                 self.errors.append(f"goroutine census off: {e}")
                 off.add(RtFeature.CENSUS)
