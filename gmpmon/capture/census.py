@@ -23,7 +23,7 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
-from gmpmon.capture.censusstacks import Unwind, WaitStacks
+from gmpmon.capture.censusstacks import Shape, Unwind, WaitStacks
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import absent, global_addr
 from gmpmon.capture.targetmem import MAX_GOROUTINES, TargetMemory, check_count
@@ -47,7 +47,12 @@ G_DEAD = 6
 _USER_RUNTIME = frozenset({"runtime.main", "runtime.corostart", "runtime.handleAsyncEvent"})
 
 Key = tuple[int, int, int]  # (status, wait reason, system)
-GroupKey = tuple[Key, int, int, int]  # (key, wait stack id, gopc, startpc)
+# Parked goroutines by (wait reason, startpc, sched.pc, stack.hi - sched.sp,
+# stack.hi - sched.bp, gopc): one tuple and one dict lookup per G; the stack of each shape is
+# found (cached, or unwound) once per group at the end of the walk.
+GroupKey = tuple[int, int, int, int, int, int]
+# [n, waited, wait sum, wait max, and one G of the group: gp, status, pc, sp, bp, lo, hi]
+Group = list[int]
 G_WAITING = 4
 G_STACK = 0  # g.stack{lo, hi}: g's first field in every Go version ("offset known to cgo")
 
@@ -145,7 +150,7 @@ class Census:
         waits: dict[Key, list[int]] = {}  # [n, sum, max]
         sites: dict[tuple[int, int], int] = {}
         per_g: dict[int, tuple[int, int]] = {}  # goid -> (gopc, startpc), live ones
-        groups: dict[GroupKey, list[int]] = {}  # [n, waited, wait sum, wait max]
+        groups: dict[GroupKey, Group] = {}
         if self.wait_stacks is not None:
             self.wait_stacks.begin()
         cut = 0
@@ -194,7 +199,7 @@ class Census:
         waits: dict[Key, list[int]],
         sites: dict[tuple[int, int], int],
         per_g: dict[int, tuple[int, int]],
-        groups: dict[GroupKey, list[int]],
+        groups: dict[GroupKey, Group],
     ) -> None:
         unpack = self._g.unpack_from
         i_goid = self._names.index("goid")
@@ -207,7 +212,6 @@ class Census:
         i_start = names.index("startpc") if "startpc" in names else -1
         lo, span = self.g_lo, self.g_span
         ws = self.wait_stacks
-        shapes = ws.shapes if ws is not None else {}
         if ws is not None:
             i_slo, i_shi = names.index("stack_lo"), names.index("stack_hi")
             i_spc, i_ssp, i_sbp = names.index("spc"), names.index("ssp"), names.index("sbp")
@@ -256,22 +260,12 @@ class Census:
                         if w > acc[2]:
                             acc[2] = w
                 if ws is not None and status == G_WAITING and not system:
-                    hi = row[i_shi]
-                    shape = (startpc, row[i_spc], hi - row[i_ssp], hi - row[i_sbp])
-                    sid = shapes.get(shape)
-                    if sid is None:
-                        sid = ws.stack_id(shape, row[i_spc], row[i_ssp], row[i_sbp],
-                                          row[i_slo], hi)
-                        # The G may have run while its stack was read: read it again, and
-                        # keep the stack only if it is still parked at the same place.
-                        again = unpack(self.mem.read(gp + lo, span))
-                        if (again[i_status], again[i_spc], again[i_ssp]) != (
-                                row[i_status], row[i_spc], row[i_ssp]):
-                            sid = ws.moved(shape)
-                    gkey = (key, sid, row[i_gopc] if i_gopc >= 0 else 0, startpc)
+                    hi, spc, ssp, sbp = row[i_shi], row[i_spc], row[i_ssp], row[i_sbp]
+                    gkey = (reason, startpc, spc, hi - ssp, hi - sbp,
+                            row[i_gopc] if i_gopc >= 0 else 0)
                     acc = groups.get(gkey)
                     if acc is None:
-                        acc = groups[gkey] = [0, 0, 0, 0]
+                        acc = groups[gkey] = [0, 0, 0, 0, gp, spc, ssp, sbp, row[i_slo], hi]
                     acc[0] += 1
                     if i_since >= 0 and row[i_since] > 0:
                         w = max(now - row[i_since], 0)
@@ -335,26 +329,48 @@ class Census:
             return (creator, start)
         return (self._func(gopc - 1) if gopc else UNKNOWN_FRAME, self._func(startpc))
 
-    def _emit_groups(self, ts: int, groups: dict[GroupKey, list[int]],
+    def _stack_of(self, ws: WaitStacks, shape: Shape, g: Group) -> int:
+        """A shape's stack id: cached, or unwound from one G of the group (read again after
+        its stack: a G that moved meanwhile does not name the shape's stack)."""
+        sid = ws.shapes.get(shape)
+        if sid is not None:
+            return sid
+        gp, pc, sp, bp, lo, hi = g[4:10]
+        sid = ws.stack_id(shape, pc, sp, bp, lo, hi)
+        try:
+            again = self._g.unpack(self.mem.read(gp + self.g_lo, self.g_span))
+        except OSError:
+            return ws.moved(shape)
+        names = self._names
+        if ((again[names.index("status")] & ~GSCAN) != G_WAITING
+                or (again[names.index("spc")], again[names.index("ssp")]) != (pc, sp)):
+            return ws.moved(shape)
+        return sid
+
+    def _emit_groups(self, ts: int, groups: dict[GroupKey, Group],
                      out: list[EventTuple], stacks: dict[int, tuple[str, ...]]) -> None:
         """CENSUS_STACK (+ CENSUS_STACK_WAIT) for the largest groups of parked goroutines."""
         ws = self.wait_stacks
         if ws is None:
             return
-        stacks.update(ws.take())
-        merged: dict[tuple[Key, int, int], list[int]] = {}  # by creation-site name, not pc
-        for (key, sid, gopc, startpc), acc in groups.items():
+        merged: dict[tuple[Key, int, int], list[int]] = {}  # by stack and creation-site name
+        # The largest groups first: the unwinds a walk may do go to them.
+        for gkey, acc in sorted(groups.items(), key=lambda kv: -kv[1][0]):
+            reason, startpc, spc, dsp, dbp, gopc = gkey
+            key = (G_WAITING, reason, 0)
+            sid = self._stack_of(ws, (startpc, spc, dsp, dbp), acc)
             name = self._site_name(gopc, startpc) if gopc else None
             # The main goroutine has no go statement (Go's dump prints no "created by").
             site = self._site_id(name, stacks) if name and name[1] != "runtime.main" else 0
             m = merged.get((key, sid, site))
             if m is None:
-                merged[(key, sid, site)] = list(acc)
+                merged[(key, sid, site)] = acc[:4]
             else:
                 m[0] += acc[0]
                 m[1] += acc[1]
                 m[2] += acc[2]
                 m[3] = max(m[3], acc[3])
+        stacks.update(ws.take())
         top = sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))[:MAX_STACK_GROUPS]
         for ((status, reason, system), sid, site), (n, waited, wsum, wmax) in top:
             a0 = status | reason << 16 | system << 32

@@ -33,8 +33,10 @@ Shape = tuple[int, int, int, int]  # (startpc, sched.pc, hi - sp, hi - bp)
 MAX_STACK_READ = 64 << 10  # bytes of a stack read from sp up (deeper: the leaf end is kept)
 MAX_SHAPES = 50_000  # shape -> stack id entries kept across walks (cleared when full)
 MAX_UNWINDS = 2_000  # unwinds per walk at most: beyond, a new shape counts as not unwound
+MAX_STACKS = 20_000  # distinct stacks named in a run (ids live as long as the model's table)
 CUT = "[...]"
 NOT_UNWOUND = "[stack not unwound]"
+TOO_MANY = "[too many distinct stacks]"
 
 
 def census_unwinder(info: BinaryInfo, mem: TargetMemory) -> Unwind | None:
@@ -114,6 +116,11 @@ class WaitStacks:
     def _intern(self, frames: tuple[str, ...]) -> int:
         sid = self._ids.get(frames)
         if sid is None:
+            if len(self._ids) >= MAX_STACKS:
+                frames = (TOO_MANY,)
+                sid = self._ids.get(frames)
+                if sid is not None:
+                    return sid
             sid = self._ids[frames] = CENSUS_STACK_BASE + len(self._ids) + 1
             self.new[sid] = frames
         return sid
