@@ -39,22 +39,33 @@ NOT_UNWOUND = "[stack not unwound]"
 TOO_MANY = "[too many distinct stacks]"
 
 
-def census_unwinder(info: BinaryInfo, mem: TargetMemory) -> Unwind | None:
-    """The census's unwind: gdump's pclntab unwinder (gmpmon/binary/unwind.py) over the
-    stack bytes read from ``sp`` up; the frames Go's own dump prints (``visible``: wrappers and
-    runtime internals hidden, as ``gmpmon goroutines`` and debug=2 show them). None when the
-    binary's pclntab cannot be walked."""
+def census_unwinder(info: BinaryInfo, mem: TargetMemory) -> Unwind:
+    """The census's unwind: the pclntab unwinder of ``gmpmon goroutines``
+    (gmpmon/binary/unwind.py) over the stack bytes read from ``sp`` up; the frames Go's own
+    dump prints (``visible``: wrappers and runtime internals hidden). The Unwinder holds the
+    binary's file (Prometheus, 50 MB: +66 MB, 0.27 s to build): it is built at the first
+    unwind, in the census's thread, not on attach's path."""
     from gmpmon.binary.elf import Elf
     from gmpmon.binary.load import read_file
 
-    try:
-        uw = Unwinder(Elf(read_file(info.path), info.path))
-        wrapper = uw.wrapper_id
-    except (GmpmonError, OSError, ValueError, KeyError, IndexError):
-        return None
+    built: list[tuple[Unwinder, int] | None] = []
+
+    def unwinder() -> tuple[Unwinder, int] | None:
+        if not built:
+            try:
+                uw = Unwinder(Elf(read_file(info.path), info.path))
+                built.append((uw, uw.wrapper_id))
+            except (GmpmonError, OSError, ValueError, KeyError, IndexError):
+                built.append(None)
+        return built[0]
+
     bias = info.load_bias
 
     def unwind(pc: int, sp: int, bp: int, lo: int, hi: int) -> list[str]:
+        got = unwinder()
+        if got is None:
+            raise ValueError("the binary's pclntab could not be read for unwinding")
+        uw, wrapper = got
         if not lo <= sp < hi:
             raise ValueError("sched.sp outside the goroutine's stack")
         stack = mem.read(sp, min(hi - sp, MAX_STACK_READ))

@@ -77,7 +77,7 @@ class RuntimeSources:
             try:
                 # Wait stacks need the binary's pclntab in memory (an Unwinder holds the file):
                 # `gmpmon serve` watching many processes goes without (stacks=False).
-                unwind = census_unwinder(info, self.mem) if stacks else None
+                unwind = census_unwinder(info, self.mem) if stacks else None  # lazy
                 self.census = Census(info, self.mem, sites=sites, unwind=unwind)
                 if not stacks:  # not asked for: nothing missing to say
                     self.census.missing.pop(RtFeature.CENSUS_STACKS, None)
