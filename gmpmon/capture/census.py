@@ -137,6 +137,8 @@ class Census:
         """Append one census (CENSUS_BEGIN ... CENSUS_END); new creation-site names go into
         ``stacks``. Never raises for a target that exits mid-walk: the END says so.
         Raises TargetMemoryError for an implausible pointer or length in the target."""
+        if self.wait_stacks is not None:
+            self.wait_stacks.prepare()
         t0 = time.monotonic_ns()
         cpu0 = time.thread_time()
         if not self._announced:

@@ -39,48 +39,57 @@ NOT_UNWOUND = "[stack not unwound]"
 TOO_MANY = "[too many distinct stacks]"
 
 
-def census_unwinder(info: BinaryInfo, mem: TargetMemory) -> Unwind:
+class CensusUnwind:
     """The census's unwind: the pclntab unwinder of ``gmpmon goroutines``
     (gmpmon/binary/unwind.py) over the stack bytes read from ``sp`` up; the frames Go's own
     dump prints (``visible``: wrappers and runtime internals hidden). The Unwinder holds the
-    binary's file (Prometheus, 50 MB: +66 MB, 0.27 s to build): it is built at the first
-    unwind, in the census's thread, not on attach's path."""
-    from gmpmon.binary.elf import Elf
-    from gmpmon.binary.load import read_file
+    binary's file (Prometheus, 50 MB: +66 MB, 0.27 s to build): ``prepare()`` builds it in
+    the census's thread before its first walk, not on attach's path, and not in a walk's CPU
+    time (which the census backs off on: a one-time cost must not slow its cadence)."""
 
-    built: list[tuple[Unwinder, int] | None] = []
+    def __init__(self, info: BinaryInfo, mem: TargetMemory) -> None:
+        self.info, self.mem = info, mem
+        self._built = False
+        self._uw: Unwinder | None = None
+        self._wrapper = 0
 
-    def unwinder() -> tuple[Unwinder, int] | None:
-        if not built:
-            try:
-                uw = Unwinder(Elf(read_file(info.path), info.path))
-                built.append((uw, uw.wrapper_id))
-            except (GmpmonError, OSError, ValueError, KeyError, IndexError):
-                built.append(None)
-        return built[0]
+    def prepare(self) -> None:
+        if self._built:
+            return
+        self._built = True
+        from gmpmon.binary.elf import Elf
+        from gmpmon.binary.load import read_file
 
-    bias = info.load_bias
+        try:
+            uw = Unwinder(Elf(read_file(self.info.path), self.info.path))
+            self._wrapper = uw.wrapper_id
+            self._uw = uw
+        except (GmpmonError, OSError, ValueError, KeyError, IndexError):
+            self._uw = None
 
-    def unwind(pc: int, sp: int, bp: int, lo: int, hi: int) -> list[str]:
-        got = unwinder()
-        if got is None:
+    def __call__(self, pc: int, sp: int, bp: int, lo: int, hi: int) -> list[str]:
+        self.prepare()
+        uw = self._uw
+        if uw is None:
             raise ValueError("the binary's pclntab could not be read for unwinding")
-        uw, wrapper = got
         if not lo <= sp < hi:
             raise ValueError("sched.sp outside the goroutine's stack")
-        stack = mem.read(sp, min(hi - sp, MAX_STACK_READ))
+        bias = self.info.load_bias
+        stack = self.mem.read(sp, min(hi - sp, MAX_STACK_READ))
         frames, why = uw.unwind(pc - bias, sp, stack, sp, bias)
         if why not in (OK, TRUNCATED) or not frames:
             raise ValueError(f"stack not walked: {why}")
         out: list[str] = []
         callee = 0
         for f in frames:
-            if visible(f, not out, callee, wrapper):
+            if visible(f, not out, callee, self._wrapper):
                 out.append(f.func)
             callee = f.func_id
         return out or [frames[0].func]
 
-    return unwind
+
+def census_unwinder(info: BinaryInfo, mem: TargetMemory) -> CensusUnwind:
+    return CensusUnwind(info, mem)
 
 
 class WaitStacks:
@@ -92,6 +101,12 @@ class WaitStacks:
         self.unwinds = 0  # this walk
         self.failed = 0  # this walk: stacks that changed or could not be read
         self.total_unwinds = 0
+
+    def prepare(self) -> None:
+        """One-time set-up of the unwinder (CensusUnwind.prepare), outside any walk's time."""
+        prepare = getattr(self.unwind, "prepare", None)
+        if prepare is not None:
+            prepare()
 
     def begin(self) -> None:
         self.unwinds = self.failed = 0
