@@ -27,6 +27,7 @@ from gmpmon.capture.censusstacks import Shape, Unwind, WaitStacks
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import absent, global_addr
 from gmpmon.capture.targetmem import MAX_GOROUTINES, TargetMemory, check_count
+from gmpmon.errors import GmpmonError
 from gmpmon.events import (
     CENSUS_SITE_BASE,
     MAX_STACK_GROUPS,
@@ -51,7 +52,7 @@ Key = tuple[int, int, int]  # (status, wait reason, system)
 # stack.hi - sched.bp, gopc): one tuple and one dict lookup per G; the stack of each shape is
 # found (cached, or unwound) once per group at the end of the walk.
 GroupKey = tuple[int, int, int, int, int, int]
-# [n, waited, wait sum, wait max, and one G of the group: gp, status, pc, sp, bp, lo, hi]
+# [n, waited, wait sum, wait max, and one G of the group: gp, sched pc, sp, bp, stack lo, hi]
 Group = list[int]
 G_WAITING = 4
 G_STACK = 0  # g.stack{lo, hi}: g's first field in every Go version ("offset known to cgo")
@@ -341,7 +342,7 @@ class Census:
         sid = ws.stack_id(shape, pc, sp, bp, lo, hi)
         try:
             again = self._g.unpack(self.mem.read(gp + self.g_lo, self.g_span))
-        except OSError:
+        except (OSError, GmpmonError):
             return ws.moved(shape)
         names = self._names
         if ((again[names.index("status")] & ~GSCAN) != G_WAITING

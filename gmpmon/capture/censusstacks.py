@@ -17,6 +17,7 @@ steady program's recording names each stack once.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 
 from gmpmon.binary.info import BinaryInfo
@@ -121,7 +122,9 @@ class WaitStacks:
         self.total_unwinds += 1
         try:
             leaf_first = list(self.unwind(pc, sp, bp, lo, hi))
-        except (OSError, ValueError, KeyError, IndexError):
+        except (OSError, ValueError, KeyError, IndexError, struct.error, GmpmonError):
+            # unreadable, moved, or implausible (TargetMemoryError: a hostile sp): this G's
+            # stack only, never the census
             self.failed += 1
             return self._intern((NOT_UNWOUND,))  # not cached: the next walk tries again
         if not leaf_first:
