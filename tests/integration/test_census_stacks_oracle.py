@@ -19,7 +19,7 @@ from gmpmon.capture.census import Census
 from gmpmon.capture.censusstacks import census_unwinder
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.targetmem import TargetMemory
-from gmpmon.events import EventTuple, Kind
+from gmpmon.events import EventTuple
 from gmpmon.model.runtime import RuntimePart
 from tests import gotargets
 from tests.goroutine_oracle import fetch, parse
