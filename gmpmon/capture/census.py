@@ -184,6 +184,7 @@ class Census:
                     cut |= CensusCut.TIME
             except OSError:
                 cut |= CensusCut.TARGET_GONE
+        self._fold_groups(groups, counts, waits, sites)
         walked = self._walked
         t1 = time.monotonic_ns()
         self._emit(t1, counts, waits, sites, out, stacks)
@@ -260,6 +261,25 @@ class Census:
                     system = int(name.startswith("runtime.") and name not in _USER_RUNTIME)
                     system_of[startpc] = system
                 reason = row[i_reason] if status == 4 else 0
+                if ws is not None and status == G_WAITING and not system:
+                    # A parked user goroutine: its group counts it for the states, waits and
+                    # sites too (folded in by _fold_groups), one dict update instead of four.
+                    hi, spc, ssp, sbp = row[i_shi], row[i_spc], row[i_ssp], row[i_sbp]
+                    gopc = row[i_gopc] if i_gopc >= 0 else 0
+                    gkey = (reason, startpc, spc, hi - ssp, hi - sbp, gopc)
+                    acc = groups.get(gkey)
+                    if acc is None:
+                        acc = groups[gkey] = [0, 0, 0, 0, gp, spc, ssp, sbp, row[i_slo], hi]
+                    acc[0] += 1
+                    if i_since >= 0 and row[i_since] > 0:
+                        w = max(now - row[i_since], 0)
+                        acc[1] += 1
+                        acc[2] += w
+                        if w > acc[3]:
+                            acc[3] = w
+                    if tell and i_gopc >= 0 and len(per_g) < MAX_TOLD:
+                        per_g[row[i_goid]] = (gopc, startpc)
+                    continue
                 key = (status, reason, system)
                 counts[key] = counts.get(key, 0) + 1
                 if i_since >= 0 and row[i_since] > 0:
@@ -272,20 +292,6 @@ class Census:
                         acc[1] += w
                         if w > acc[2]:
                             acc[2] = w
-                if ws is not None and status == G_WAITING and not system:
-                    hi, spc, ssp, sbp = row[i_shi], row[i_spc], row[i_ssp], row[i_sbp]
-                    gkey = (reason, startpc, spc, hi - ssp, hi - sbp,
-                            row[i_gopc] if i_gopc >= 0 else 0)
-                    acc = groups.get(gkey)
-                    if acc is None:
-                        acc = groups[gkey] = [0, 0, 0, 0, gp, spc, ssp, sbp, row[i_slo], hi]
-                    acc[0] += 1
-                    if i_since >= 0 and row[i_since] > 0:
-                        w = max(now - row[i_since], 0)
-                        acc[1] += 1
-                        acc[2] += w
-                        if w > acc[3]:
-                            acc[3] = w
                 if i_gopc >= 0:
                     site = (row[i_gopc], startpc)
                     if not system:
@@ -341,6 +347,26 @@ class Census:
             start, creator, _where = self.sites.names(gopc, startpc)
             return (creator, start)
         return (self._func(gopc - 1) if gopc else UNKNOWN_FRAME, self._func(startpc))
+
+    def _fold_groups(self, groups: dict[GroupKey, Group], counts: dict[Key, int],
+                     waits: dict[Key, list[int]], sites: dict[tuple[int, int], int]) -> None:
+        """The parked user goroutines the scan counted only in their groups, into the
+        states, waits and creation sites."""
+        has_sites = "gopc" in self._names
+        for (reason, startpc, _pc, _dsp, _dbp, gopc), acc in groups.items():
+            key = (G_WAITING, reason, 0)
+            counts[key] = counts.get(key, 0) + acc[0]
+            if acc[1]:
+                w = waits.get(key)
+                if w is None:
+                    waits[key] = [acc[1], acc[2], acc[3]]
+                else:
+                    w[0] += acc[1]
+                    w[1] += acc[2]
+                    w[2] = max(w[2], acc[3])
+            if has_sites:
+                site = (gopc, startpc)
+                sites[site] = sites.get(site, 0) + acc[0]
 
     def _stack_of(self, ws: WaitStacks, shape: Shape, g: Group) -> int:
         """A shape's stack id: cached, or unwound from one G of the group (read again after
