@@ -60,7 +60,7 @@ def test_dump_matches_debug2(version: str, mode: str) -> None:
     res = compare(r.stdout, go, before)
     print(f"go{version} {mode}: {res.line()}")
     assert res.parked >= 8 * 20 + 3, res.line()
-    for n in (res.present, res.same_frames, res.same_reason):
+    for n in (res.present, res.same_frames, res.same_reason, res.same_text):
         assert n >= 0.99 * res.parked, (res.line(), res.mismatches[:10])
     # every kind of wait the workload sets up is there, with its functions
     assert "main.recvInl(...)\n" in r.stdout and "main.recvOuter(...)\n" in r.stdout
