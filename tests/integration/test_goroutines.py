@@ -96,7 +96,7 @@ def test_group_and_json() -> None:
     assert groups[0]["count"] == 30
 
 
-def test_not_a_go_process() -> None:
+def test_not_a_go_process_and_no_process() -> None:
     p = subprocess.Popen(["sleep", "30"])
     try:
         r = gmpmon("goroutines", str(p.pid))
@@ -105,6 +105,20 @@ def test_not_a_go_process() -> None:
         p.wait()
     assert r.returncode == 4, r.stderr
     assert r.stderr.startswith("gmpmon: ") and len(r.stderr.strip().splitlines()) == 1
+    gone = gmpmon("goroutines", str(p.pid))  # reaped: no such process now
+    assert gone.returncode == 3 and gone.stderr.startswith("gmpmon: "), gone.stderr
+
+
+def test_system_shows_the_runtime() -> None:
+    p, _port = start_stacks("1.27", "stripped", "-each", "1")
+    try:
+        r = gmpmon("goroutines", str(p.pid), "--system")
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    assert "[force gc (idle)]:\nruntime.gopark(...)" in r.stdout  # forcegchelper
+    assert "runtime.goexit(...)" in r.stdout  # every frame, the top one too
 
 
 PROMETHEUS = Path("/usr/bin/prometheus")  # Debian's: go1.19, stripped, dynamically linked
