@@ -35,6 +35,18 @@ def fetch(url: str, timeout: float = 20.0) -> str:
     return data.decode("utf-8", "replace")
 
 
+def positions(text: str) -> dict[int, list[str]]:
+    """{goid: every line after the header, arguments left out}: file:line +offset and the
+    creation site too."""
+    out: dict[int, list[str]] = {}
+    for block in text.strip().split("\n\n"):
+        lines = block.splitlines()
+        m = HEADER.match(lines[0]) if lines else None
+        if m is not None:
+            out[int(m.group(1))] = [re.sub(r"\(.*\)$", "(...)", ln) for ln in lines[1:]]
+    return out
+
+
 def parse(text: str) -> dict[int, tuple[str, list[str]]]:
     out: dict[int, tuple[str, list[str]]] = {}
     for block in text.strip().split("\n\n"):
@@ -63,6 +75,7 @@ class Result:
     same_frames: int
     same_reason: int
     mismatches: list[str]
+    same_text: int = 0  # also every file:line +offset and the creation site
 
     def pct(self, n: int) -> float:
         return 100.0 * n / self.parked if self.parked else 0.0
@@ -70,7 +83,8 @@ class Result:
     def line(self) -> str:
         return (f"{self.parked} parked; present {self.pct(self.present):.1f}%, same frames "
                 f"{self.pct(self.same_frames):.1f}%, same wait reason "
-                f"{self.pct(self.same_reason):.1f}%")
+                f"{self.pct(self.same_reason):.1f}%, same text (arguments aside) "
+                f"{self.pct(self.same_text):.1f}%")
 
 
 def compare(ours: str, go: str, go_before: str | None = None) -> Result:
@@ -78,6 +92,7 @@ def compare(ours: str, go: str, go_before: str | None = None) -> Result:
     at the same place in both of Go's dumps count: the others were created, or moved, while
     the dumps were taken (the oracle's own HTTP request makes a few)."""
     mine, theirs = parse(ours), parse(go)
+    my_text, their_text = positions(ours), positions(go)
     before = parse(go_before) if go_before is not None else None
     r = Result(0, 0, 0, 0, [])
     for goid, (state, funcs) in theirs.items():
@@ -95,6 +110,8 @@ def compare(ours: str, go: str, go_before: str | None = None) -> Result:
             r.same_frames += 1
         else:
             r.mismatches.append(f"goroutine {goid}: frames {got[1]} != Go's {funcs}")
+        if my_text.get(goid) == their_text.get(goid):
+            r.same_text += 1
         if got[0] == state:
             r.same_reason += 1
         else:

@@ -142,6 +142,8 @@ class GoroutineReader:
         return self.mem.readv(spans, cap=MAX_STACK_READ)
 
     def read(self, include_system: bool = False) -> Dump:
+        """Every goroutine but the runtime's own; ``include_system``: those too, with every
+        frame (runtime ones included), as GOTRACEBACK=system prints them."""
         t0 = time.monotonic()
         reads0 = self.mem.reads
         dump = Dump(self.info.go_version)
@@ -186,7 +188,7 @@ class GoroutineReader:
         for i, row in enumerate(rows):
             if row is None or row["status"] & ~GSCAN == G_DEAD:
                 continue
-            g = self._goroutine(row, stacks[i], now, i in changed, p_of.get(i))
+            g = self._goroutine(row, stacks[i], now, i in changed, p_of.get(i), include_system)
             if g.system and not include_system:
                 continue
             dump.goroutines.append(g)
@@ -216,7 +218,7 @@ class GoroutineReader:
         return got
 
     def _goroutine(self, row: dict[str, int], stack: bytes | None, now: int, changed: bool,
-                   p: int | None) -> Goroutine:
+                   p: int | None, every_frame: bool = False) -> Goroutine:
         info = self.info
         raw = row["status"]
         code = raw & ~GSCAN
@@ -233,7 +235,7 @@ class GoroutineReader:
         if code != G_RUNNING and stack is not None:
             pc, sp = self._start(row)
             frames, why = self.uw.unwind(pc - self.bias, sp, stack, sp, self.bias)
-        shown = self._shown(frames)
+        shown = frames if every_frame else self._shown(frames)
         created = self._created(row.get("gopc", 0)) if row["goid"] != 1 else None
         return Goroutine(
             goid=row["goid"], status=status, status_code=code, scan=bool(raw & GSCAN),

@@ -47,7 +47,8 @@ def add_parser(sub: Any) -> None:
                    help="fold identical stacks, with counts, largest first")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--system", action="store_true",
-                   help="also the runtime's goroutines (as GOTRACEBACK=system shows them)")
+                   help="also the runtime's goroutines, and runtime frames in every stack "
+                   "(as GOTRACEBACK=system shows them)")
     p.set_defaults(func=run)
 
 

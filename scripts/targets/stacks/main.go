@@ -140,6 +140,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, "stacks:", err)
 			os.Exit(1)
 		}
+		http.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte("ok\n")) // the benchmark's load (scripts/bench-goroutines)
+		})
 		go func() { _ = http.Serve(ln, nil) }()
 	}
 	for runtime.NumGoroutine() < 8**each+*n+*syscalls+*running {
