@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from gmpmon import __version__
 from gmpmon.errors import GmpmonError
 
-COMMANDS = ("attach", "run", "replay", "export", "inspect", "doctor", "ps", "serve")
+COMMANDS = (
+    "attach", "run", "replay", "export", "inspect", "doctor", "ps", "serve", "goroutines",
+)
 
 EPILOG = """\
 examples:
@@ -30,6 +32,7 @@ examples:
   sudo gmpmon doctor                       # can this machine attach?
   sudo gmpmon ps                           # every Go process on this host (no probes)
   sudo gmpmon serve --all                  # Prometheus metrics of them on 127.0.0.1:9464
+  sudo gmpmon goroutines 1234              # every goroutine's stack, debug=2 text, no stop
 """
 
 

@@ -135,6 +135,14 @@ CENSUS_G           G ``g`` is alive with go site a0 (as GO_CREATE's a1), sent on
                    ``allgs``' live set since the previous complete walk.
 CENSUS_END         a0 = goroutines walked, a1 = :class:`CensusCut` flags (0 = complete),
                    g = walk duration ns.
+CENSUS_STACK       A group of goroutines parked at the same stack (recording format 2+):
+                   a0 = key as CENSUS_STATE's, a1 = goroutines, g = the wait stack's id into
+                   ``Batch.stacks`` (from :data:`CENSUS_STACK_BASE`; root first, the leaf
+                   where it parked, at most ``MAX_STACK_FRAMES``), m = its creation site as a
+                   CENSUS_SITE id minus :data:`CENSUS_SITE_BASE` (0 = unknown). Only the
+                   largest groups of the walk (``MAX_STACK_GROUPS``).
+CENSUS_STACK_WAIT  Right after its CENSUS_STACK, when some of the group have ``waitsince``
+                   set: m = those goroutines, g = the sum of their waits ns, a1 = the longest.
 =================  =============================================================================
 
 Kernel sources (60-79: ``probes/samples.bpf.c``, ``probes/tracepoints.bpf.c``):
@@ -222,6 +230,8 @@ class Kind(IntEnum):
     CENSUS_SITE = 53
     CENSUS_END = 54
     CENSUS_G = 55
+    CENSUS_STACK = 56
+    CENSUS_STACK_WAIT = 57
     CPU_SAMPLE = 60
     SAMPLER_OFF = 61
     COST = 80  # the overhead budget (gmpmon.capture.hotctl), see below
@@ -332,6 +342,7 @@ class RtFeature(IntEnum):
     CENSUS_WAIT = 9  # g.waitsince
     CENSUS_SITES = 10  # g.gopc/startpc
     P_SAMPLES = 11  # the sampler's P states (allp, p.m, m.curg)
+    CENSUS_STACKS = 12  # wait stacks: g.sched and a stack unwinder for the binary
 
 
 RT_FEATURE_NAMES: dict[int, str] = {
@@ -346,6 +357,7 @@ RT_FEATURE_NAMES: dict[int, str] = {
     RtFeature.CENSUS_WAIT: "census waiting times (g.waitsince)",
     RtFeature.CENSUS_SITES: "census creation sites (g.gopc/startpc)",
     RtFeature.P_SAMPLES: "P states sampled from memory (allp)",
+    RtFeature.CENSUS_STACKS: "census wait stacks (g.sched, stack unwinder)",
 }
 
 
@@ -361,6 +373,10 @@ class CensusCut(IntEnum):
 CENSUS_SITE_BASE = 1 << 32
 # Stack ids of go sites (GO_CREATE a1, CENSUS_G a0; capture/gosites.py) start here.
 GO_SITE_BASE = 1 << 34
+# Stack ids of census wait stacks (CENSUS_STACK g) start here.
+CENSUS_STACK_BASE = 1 << 36
+MAX_STACK_FRAMES = 32  # frames kept of a wait stack (the leaf end: where it parked)
+MAX_STACK_GROUPS = 200  # CENSUS_STACK groups sent per walk at most (the largest)
 class CgroupField(IntEnum):
     """CGROUP_CPU fields (absolute values). The quota and period are those of the most
     restrictive cgroup on the path from the target's own up to the root (Go 1.25 reads it

@@ -124,6 +124,16 @@ def restore(old: int | None) -> None:
             os.setpriority(os.PRIO_PROCESS, tid, old)
 
 
+def nice_this_thread(nice: int = BOOST_NICE) -> None:
+    """The calling thread alone at ``nice`` (best effort; GMPMON_NO_BOOST=1: nothing). For a
+    reader whose CPU is already bounded (the census's duty): the nice only decides *when*
+    it runs beside a saturating target, not how much."""
+    if os.environ.get("GMPMON_NO_BOOST", "") not in ("", "0"):
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+
+
 def name_thread() -> None:
     """Give the calling thread's OS name its Python name (``top -H``, /proc/PID/task/*/comm
     and scripts/bench's per-thread CPU then tell gmpmon's threads apart). Best effort."""

@@ -40,7 +40,10 @@ from gmpmon.files import open_private
 from gmpmon.priority import name_thread
 
 MAGIC = b"GMPMONRC"
-VERSION = 1
+# 2: CENSUS_STACK/CENSUS_STACK_WAIT (census wait stacks). Version 1 files read the same way
+# (they have no such events); a version-1 reader refuses version 2 files in one line.
+VERSION = 2
+READABLE = (1, 2)
 PREAMBLE = struct.Struct("<8sHH")
 HEADER_FRAME = struct.Struct("<II")  # len, crc
 BATCH_TAG = b"GB"
@@ -490,10 +493,10 @@ def read_recording(path: str) -> Recording:
             if len(pre) < PREAMBLE.size or not pre.startswith(MAGIC):
                 raise RecordingError(f"{path}: not a gmpmon recording")
             _, version, _flags = PREAMBLE.unpack(pre)
-            if version != VERSION:
+            if version not in READABLE:
                 raise RecordingError(
                     f"{path}: recording format version {version} is not supported "
-                    f"(this gmpmon reads version {VERSION})"
+                    f"(this gmpmon reads versions {READABLE[0]}-{READABLE[-1]})"
                 )
             hf = f.read(HEADER_FRAME.size)
             if len(hf) < HEADER_FRAME.size:

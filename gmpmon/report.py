@@ -13,7 +13,7 @@ from gmpmon.fmt import fmt_ns
 from gmpmon.model.hist import pow2_counts, upper_edge
 from gmpmon.model.kernel import long_run_ns
 from gmpmon.model.kernelview import KernelView
-from gmpmon.model.runtime import RuntimeView
+from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
 
 WIDTH = 80
@@ -346,6 +346,29 @@ def runtime_lines(rv: RuntimeView | None, *, top: int = 5) -> list[str]:
             out.append(f"  {r.count:>8} {what}{waited}"[:80])
         for s in c.sites[:top]:
             out.append(f"  {s.count:>8} {s.start} <- {s.creator}"[:80])
+        out.extend(wait_stack_lines(c, top=min(top, 3)))
+    return out
+
+
+def wait_stack_lines(c: CensusView, *, top: int = 3, frames: int = 6) -> list[str]:
+    """The largest groups of parked goroutines, each with its stack (leaf first)."""
+    if c.stacks is None:
+        return ["  wait stacks: not measured"]
+    groups = [w for w in c.stacks if not w.system][:top]
+    if not groups:
+        return []
+    out = ["  where they wait (census wait stacks, largest groups):"]
+    for w in groups:
+        waited = f", waited max {fmt_ns(w.wait_max_ns)}" if w.waited else ""
+        what = f"{w.state} ({w.reason})" if w.reason else w.state
+        out.append(f"  {w.count:>8} {what}{waited}"[:80])
+        lf = w.leaf_first
+        for f in lf[:frames]:
+            out.append(f"             {f}"[:80])
+        if len(lf) > frames:
+            out.append(f"             ... {len(lf) - frames} more")
+        if w.creator:
+            out.append(f"           created by {w.creator} (go {w.start})"[:80])
     return out
 
 

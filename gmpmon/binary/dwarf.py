@@ -34,6 +34,12 @@ WANTED: dict[str, tuple[str, ...]] = {
         "waitsince",
         "gopc",
         "startpc",
+        # the goroutine dump (gmpmon/capture/goroutines.py)
+        "stack.lo",
+        "stack.hi",
+        "syscallsp",
+        "syscallpc",
+        "lockedm",
     ),
     "runtime.m": (
         "g0", "id", "procid", "curg", "p", "spinning", "oldp",
@@ -88,6 +94,7 @@ OPTIONAL_FIELDS = frozenset(
     | {"runtime.p.gFree.n", "runtime.p.gFree.size"}
     | {"runtime.m.alllink", "runtime.m.mLockProfile.waitTime"}
     | {"runtime.g.waitsince", "runtime.g.gopc", "runtime.g.startpc"}
+    | {f"runtime.g.{f}" for f in ("stack.lo", "stack.hi", "syscallsp", "syscallpc", "lockedm")}
 )
 
 # The global run queue length moved from schedt.runqsize (<=1.24) into schedt.runq.size

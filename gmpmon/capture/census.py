@@ -5,9 +5,14 @@ has waited (``g.waitsince``: the runtime sets it at the GC's first stack scan af
 so only goroutines parked across a GC have one), and where it was created (``g.gopc``, the
 ``go`` statement, and ``g.startpc``, its function; symbolized with the binary's pclntab).
 
-Bounded: at most ``max_goroutines`` visited and ``budget_s`` spent per walk; the G structs are
-read in chunks of nearby addresses (they come from the same size-class spans), a few preads
-for thousands of goroutines. A walk cut short says why (CENSUS_END flags) and keeps what it
+Bounded: at most ``max_goroutines`` visited and ``budget_s`` of this thread's CPU time spent
+per walk (and ``wall_s`` of wall time); the G structs are read in chunks of nearby addresses
+(they come from the same size-class spans), a few preads for thousands of goroutines. The
+budget is CPU time, not wall time: beside 64 busy target threads on 2 CPUs a 1-s wall budget
+cut the walk at ~81k of 100k goroutines while it had used 0.2 s of CPU; the walks are spaced
+so that their CPU stays under the census duty (capture/runtime_sources.py), and a walk runs
+at nice -15: at nice 0 beside the scale workload at 1M goroutines (load 70 on 2 CPUs) it got
+0.44 s of CPU in 63 s. A walk cut short says why (CENSUS_END flags) and keeps what it
 counted, also when the target exits mid-walk. System goroutines (start function in
 ``runtime.``, as ``isSystemGoroutine`` decides) are counted apart, as NumGoroutine does.
 
@@ -21,13 +26,17 @@ from __future__ import annotations
 import struct
 import time
 
+from gmpmon import priority
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
+from gmpmon.capture.censusstacks import Shape, Unwind, WaitStacks
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import absent, global_addr
 from gmpmon.capture.targetmem import MAX_GOROUTINES, TargetMemory, check_count
+from gmpmon.errors import GmpmonError
 from gmpmon.events import (
     CENSUS_SITE_BASE,
+    MAX_STACK_GROUPS,
     NO_P,
     UNKNOWN_FRAME,
     CensusCut,
@@ -45,6 +54,14 @@ G_DEAD = 6
 _USER_RUNTIME = frozenset({"runtime.main", "runtime.corostart", "runtime.handleAsyncEvent"})
 
 Key = tuple[int, int, int]  # (status, wait reason, system)
+# Parked goroutines by (wait reason, startpc, sched.pc, stack.hi - sched.sp,
+# stack.hi - sched.bp, gopc): one tuple and one dict lookup per G; the stack of each shape is
+# found (cached, or unwound) once per group at the end of the walk.
+GroupKey = tuple[int, int, int, int, int, int]
+# [n, waited, wait sum, wait max, and one G of the group: gp, sched pc, sp, bp, stack lo, hi]
+Group = list[int]
+G_WAITING = 4
+G_STACK = 0  # g.stack{lo, hi}: g's first field in every Go version ("offset known to cgo")
 
 
 class Census:
@@ -55,9 +72,11 @@ class Census:
         info: BinaryInfo,
         mem: TargetMemory,
         *,
-        max_goroutines: int = 1_000_000,
-        budget_s: float = 1.0,
+        max_goroutines: int = 4_000_000,
+        budget_s: float = 5.0,
+        wall_s: float = 60.0,
         sites: GoSites | None = None,
+        unwind: Unwind | None = None,
     ) -> None:
         self.info = info
         self.sites = sites
@@ -65,6 +84,7 @@ class Census:
         self.mem = mem
         self.max_goroutines = max_goroutines
         self.budget_s = budget_s
+        self.wall_s = wall_s
         self.missing: dict[RtFeature, str] = {}
         self.allgs = global_addr(info, "runtime.allgs")
         if self.allgs is None:
@@ -86,6 +106,20 @@ class Census:
             self.missing[RtFeature.CENSUS_WAIT] = "no g.waitsince offset"
         if "gopc" not in fields or "startpc" not in fields:
             self.missing[RtFeature.CENSUS_SITES] = "no g.gopc/startpc offsets"
+        # Wait stacks: g.sched's saved registers and the stack bounds, unwound by ``unwind``.
+        self.wait_stacks: WaitStacks | None = None
+        sched = ("runtime.g.sched.pc", "runtime.g.sched.sp", "runtime.g.sched.bp")
+        if unwind is None:
+            self.missing[RtFeature.CENSUS_STACKS] = "no stack unwinder for this binary"
+        elif not all(k in o for k in sched) or "startpc" not in fields:
+            self.missing[RtFeature.CENSUS_STACKS] = "no g.sched offsets"
+        else:
+            self.wait_stacks = WaitStacks(unwind)
+            fields["stack_lo"] = ("Q", G_STACK)
+            fields["stack_hi"] = ("Q", G_STACK + 8)
+            fields["spc"] = ("Q", o["runtime.g.sched.pc"])
+            fields["ssp"] = ("Q", o["runtime.g.sched.sp"])
+            fields["sbp"] = ("Q", o["runtime.g.sched.bp"])
         order = sorted(fields.items(), key=lambda kv: kv[1][1])
         fmt, pos = "<", order[0][1][1]
         self.g_lo = pos
@@ -112,6 +146,9 @@ class Census:
         """Append one census (CENSUS_BEGIN ... CENSUS_END); new creation-site names go into
         ``stacks``. Never raises for a target that exits mid-walk: the END says so.
         Raises TargetMemoryError for an implausible pointer or length in the target."""
+        priority.nice_this_thread()
+        if self.wait_stacks is not None:
+            self.wait_stacks.prepare()
         t0 = time.monotonic_ns()
         cpu0 = time.thread_time()
         if not self._announced:
@@ -120,11 +157,14 @@ class Census:
         if self.allgs is None:
             return
         self.seq += 1
-        deadline = time.monotonic() + self.budget_s
+        deadline = (time.thread_time() + self.budget_s, time.monotonic() + self.wall_s)
         counts: dict[Key, int] = {}
         waits: dict[Key, list[int]] = {}  # [n, sum, max]
         sites: dict[tuple[int, int], int] = {}
         per_g: dict[int, tuple[int, int]] = {}  # goid -> (gopc, startpc), live ones
+        groups: dict[GroupKey, Group] = {}
+        if self.wait_stacks is not None:
+            self.wait_stacks.begin()
         cut = 0
         self._walked = 0
         try:
@@ -139,14 +179,16 @@ class Census:
         if not cut & CensusCut.TARGET_GONE:
             try:
                 gps = self._pointers(ptr, n)
-                self._scan(gps, t0, deadline, counts, waits, sites, per_g)
+                self._scan(gps, t0, deadline, counts, waits, sites, per_g, groups)
                 if self._scanned < len(gps):
                     cut |= CensusCut.TIME
             except OSError:
                 cut |= CensusCut.TARGET_GONE
+        self._fold_groups(groups, counts, waits, sites)
         walked = self._walked
         t1 = time.monotonic_ns()
         self._emit(t1, counts, waits, sites, out, stacks)
+        self._emit_groups(t1, groups, out, stacks)
         self._tell(t1, per_g, bool(cut), out)
         out.append((t1, Kind.CENSUS_END, NO_P, 0, t1 - t0, walked, int(cut)))
         self.last_duration_s = (t1 - t0) / 1e9
@@ -165,11 +207,12 @@ class Census:
         self,
         gps: list[int],
         now: int,
-        deadline: float,
+        deadline: tuple[float, float],
         counts: dict[Key, int],
         waits: dict[Key, list[int]],
         sites: dict[tuple[int, int], int],
         per_g: dict[int, tuple[int, int]],
+        groups: dict[GroupKey, Group],
     ) -> None:
         unpack = self._g.unpack_from
         i_goid = self._names.index("goid")
@@ -186,12 +229,17 @@ class Census:
         i_gopc = names.index("gopc") if "gopc" in names else -1
         i_start = names.index("startpc") if "startpc" in names else -1
         lo, span = self.g_lo, self.g_span
+        ws = self.wait_stacks
+        if ws is not None:
+            i_slo, i_shi = names.index("stack_lo"), names.index("stack_hi")
+            i_spc, i_ssp, i_sbp = names.index("spc"), names.index("ssp"), names.index("sbp")
         order = sorted(range(len(gps)), key=gps.__getitem__)
         self._scanned = 0
         j = 0
         system_of: dict[int, int] = {}
+        cpu_end, wall_end = deadline
         while j < len(order):
-            if time.monotonic() > deadline:
+            if time.thread_time() > cpu_end or time.monotonic() > wall_end:
                 break
             first = gps[order[j]]
             k = j
@@ -218,6 +266,25 @@ class Census:
                     system = int(name.startswith("runtime.") and name not in _USER_RUNTIME)
                     system_of[startpc] = system
                 reason = row[i_reason] if status == 4 else 0
+                if ws is not None and status == G_WAITING and not system:
+                    # A parked user goroutine: its group counts it for the states, waits and
+                    # sites too (folded in by _fold_groups), one dict update instead of four.
+                    hi, spc, ssp, sbp = row[i_shi], row[i_spc], row[i_ssp], row[i_sbp]
+                    gopc = row[i_gopc] if i_gopc >= 0 else 0
+                    gkey = (reason, startpc, spc, hi - ssp, hi - sbp, gopc)
+                    acc = groups.get(gkey)
+                    if acc is None:
+                        acc = groups[gkey] = [0, 0, 0, 0, gp, spc, ssp, sbp, row[i_slo], hi]
+                    acc[0] += 1
+                    if i_since >= 0 and row[i_since] > 0:
+                        w = max(now - row[i_since], 0)
+                        acc[1] += 1
+                        acc[2] += w
+                        if w > acc[3]:
+                            acc[3] = w
+                    if tell and i_gopc >= 0 and len(per_g) < MAX_TOLD:
+                        per_g[row[i_goid]] = (gopc, startpc)
+                    continue
                 key = (status, reason, system)
                 counts[key] = counts.get(key, 0) + 1
                 if i_since >= 0 and row[i_since] > 0:
@@ -266,20 +333,95 @@ class Census:
         by_name: dict[tuple[str, str], int] = {}
         for (gopc, startpc), c in sites.items():
             # gopc is the return address of the call in the go statement: stay inside it.
-            if self.sites is not None:  # the function a `go f(x)` wrapper calls, f
-                start, creator, _where = self.sites.names(gopc, startpc)
-                name = (creator, start)
-            else:
-                name = (self._func(gopc - 1) if gopc else UNKNOWN_FRAME, self._func(startpc))
+            name = self._site_name(gopc, startpc)
             by_name[name] = by_name.get(name, 0) + c
         top = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_SITES]
         for name, c in top:
-            sid = self._site_ids.get(name)
-            if sid is None:
-                sid = CENSUS_SITE_BASE + len(self._site_ids) + 1
-                self._site_ids[name] = sid
-                stacks[sid] = name
-            out.append((ts, Kind.CENSUS_SITE, NO_P, 0, 0, sid, c))
+            out.append((ts, Kind.CENSUS_SITE, NO_P, 0, 0, self._site_id(name, stacks), c))
+
+    def _site_id(self, name: tuple[str, str], stacks: dict[int, tuple[str, ...]]) -> int:
+        sid = self._site_ids.get(name)
+        if sid is None:
+            sid = CENSUS_SITE_BASE + len(self._site_ids) + 1
+            self._site_ids[name] = sid
+            stacks[sid] = name
+        return sid
+
+    def _site_name(self, gopc: int, startpc: int) -> tuple[str, str]:
+        if self.sites is not None:  # the function a `go f(x)` wrapper calls, f
+            start, creator, _where = self.sites.names(gopc, startpc)
+            return (creator, start)
+        return (self._func(gopc - 1) if gopc else UNKNOWN_FRAME, self._func(startpc))
+
+    def _fold_groups(self, groups: dict[GroupKey, Group], counts: dict[Key, int],
+                     waits: dict[Key, list[int]], sites: dict[tuple[int, int], int]) -> None:
+        """The parked user goroutines the scan counted only in their groups, into the
+        states, waits and creation sites."""
+        has_sites = "gopc" in self._names
+        for (reason, startpc, _pc, _dsp, _dbp, gopc), acc in groups.items():
+            key = (G_WAITING, reason, 0)
+            counts[key] = counts.get(key, 0) + acc[0]
+            if acc[1]:
+                w = waits.get(key)
+                if w is None:
+                    waits[key] = [acc[1], acc[2], acc[3]]
+                else:
+                    w[0] += acc[1]
+                    w[1] += acc[2]
+                    w[2] = max(w[2], acc[3])
+            if has_sites:
+                site = (gopc, startpc)
+                sites[site] = sites.get(site, 0) + acc[0]
+
+    def _stack_of(self, ws: WaitStacks, shape: Shape, g: Group) -> int:
+        """A shape's stack id: cached, or unwound from one G of the group (read again after
+        its stack: a G that moved meanwhile does not name the shape's stack)."""
+        sid = ws.shapes.get(shape)
+        if sid is not None:
+            return sid
+        gp, pc, sp, bp, lo, hi = g[4:10]
+        sid = ws.stack_id(shape, pc, sp, bp, lo, hi)
+        try:
+            again = self._g.unpack(self.mem.read(gp + self.g_lo, self.g_span))
+        except (OSError, GmpmonError):
+            return ws.moved(shape)
+        names = self._names
+        if ((again[names.index("status")] & ~GSCAN) != G_WAITING
+                or (again[names.index("spc")], again[names.index("ssp")]) != (pc, sp)):
+            return ws.moved(shape)
+        return sid
+
+    def _emit_groups(self, ts: int, groups: dict[GroupKey, Group],
+                     out: list[EventTuple], stacks: dict[int, tuple[str, ...]]) -> None:
+        """CENSUS_STACK (+ CENSUS_STACK_WAIT) for the largest groups of parked goroutines."""
+        ws = self.wait_stacks
+        if ws is None:
+            return
+        merged: dict[tuple[Key, int, int], list[int]] = {}  # by stack and creation-site name
+        # The largest groups first: the unwinds a walk may do go to them.
+        for gkey, acc in sorted(groups.items(), key=lambda kv: -kv[1][0]):
+            reason, startpc, spc, dsp, dbp, gopc = gkey
+            key = (G_WAITING, reason, 0)
+            sid = self._stack_of(ws, (startpc, spc, dsp, dbp), acc)
+            name = self._site_name(gopc, startpc) if gopc else None
+            # The main goroutine has no go statement (Go's dump prints no "created by").
+            site = self._site_id(name, stacks) if name and name[1] != "runtime.main" else 0
+            m = merged.get((key, sid, site))
+            if m is None:
+                merged[(key, sid, site)] = acc[:4]
+            else:
+                m[0] += acc[0]
+                m[1] += acc[1]
+                m[2] += acc[2]
+                m[3] = max(m[3], acc[3])
+        stacks.update(ws.take())
+        top = sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))[:MAX_STACK_GROUPS]
+        for ((status, reason, system), sid, site), (n, waited, wsum, wmax) in top:
+            a0 = status | reason << 16 | system << 32
+            rel = site - CENSUS_SITE_BASE if site else 0
+            out.append((ts, Kind.CENSUS_STACK, NO_P, rel, sid, a0, n))
+            if waited:
+                out.append((ts, Kind.CENSUS_STACK_WAIT, NO_P, waited, wsum, 0, wmax))
 
     def _tell(self, ts: int, per_g: dict[int, tuple[int, int]], cut: bool,
               out: list[EventTuple]) -> None:

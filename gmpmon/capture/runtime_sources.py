@@ -15,6 +15,7 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.census import Census
+from gmpmon.capture.censusstacks import census_unwinder
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.sampler import check_layout
@@ -25,12 +26,14 @@ from gmpmon.priority import name_thread
 
 _COUNTER_FEATURES = tuple(sorted(
     set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT, RtFeature.CENSUS_SITES,
-                      RtFeature.P_SAMPLES}))
+                      RtFeature.CENSUS_STACKS, RtFeature.P_SAMPLES}))
 COUNTERS_S = 0.1  # 10 Hz: a read is ~130 µs on a loaded machine, and its deltas feed the model
 CENSUS_S = 1.0
 CENSUS_DUTY = 0.02
 
 Stacks = dict[int, tuple[str, ...]]
+CENSUS_FEATURES = {RtFeature.CENSUS, RtFeature.CENSUS_WAIT, RtFeature.CENSUS_SITES,
+                   RtFeature.CENSUS_STACKS}
 
 
 class RuntimeSources:
@@ -43,6 +46,7 @@ class RuntimeSources:
         census_s: float = CENSUS_S,
         starting: bool = False,
         sites: GoSites | None = None,
+        stacks: bool = True,
     ) -> None:
         self.counters_ns = int(counters_s * 1e9)
         self.census_s = census_s
@@ -63,17 +67,20 @@ class RuntimeSources:
                 self.counters = RuntimeCounters(info, self.mem)
             except (KeyError, ValueError) as e:
                 self.errors.append(f"runtime counters off: {e}")
-                off |= set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT,
-                                         RtFeature.CENSUS_SITES}
+                off |= set(RtFeature) - CENSUS_FEATURES
             if self.counters is not None and not layout.ok("allm"):
                 self.counters.allm = None  # no pending per-M lock waits: a bit short
         else:
             self.errors.append(f"runtime counters off: {layout.why('procs', 'sched')}")
-            off |= set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT,
-                                     RtFeature.CENSUS_SITES}
+            off |= set(RtFeature) - CENSUS_FEATURES
         if census_s > 0 and layout.ok("allgs"):
             try:
-                self.census = Census(info, self.mem, sites=sites)
+                # Wait stacks need the binary's pclntab in memory (an Unwinder holds the file):
+                # `gmpmon serve` watching many processes goes without (stacks=False).
+                unwind = census_unwinder(info, self.mem) if stacks else None  # lazy
+                self.census = Census(info, self.mem, sites=sites, unwind=unwind)
+                if not stacks:  # not asked for: nothing missing to say
+                    self.census.missing.pop(RtFeature.CENSUS_STACKS, None)
             except (KeyError, ValueError) as e:
                 self.errors.append(f"goroutine census off: {e}")
                 off.add(RtFeature.CENSUS)

@@ -65,8 +65,8 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--census-interval", type=float, default=1.0, metavar="S",
-        help="walk all goroutines (the census) at most every S seconds; 0 = never "
-        "(default: %(default)s)",
+        help="walk all goroutines (the census: states, wait reasons, creation sites and "
+        "where they wait) at most every S seconds; 0 = never (default: %(default)s)",
     )
     p.add_argument(
         "--budget", type=float, default=1.0, metavar="PCT",

@@ -15,6 +15,8 @@ EPILOG = """\
 formats:
   folded    mutex-contention stacks "f1;f2;f3 N" (flamegraph.pl, inferno, speedscope);
             --what latency: scheduling latency as sched_latency;<wake reason>;P<n>
+            --what waits: where goroutines wait (the census's wait stacks, leaf
+            [wait reason]), weighted by wait time (g.waitsince) or --weight count
   pprof     gzipped profile.proto like Go's mutex profile (go tool pprof -top OUT);
             --what cpu: on-CPU profile from perf samples, labels goid and p (-tags)
   perfetto  Chrome trace-event JSON, one track per P (ui.perfetto.dev)
@@ -23,6 +25,7 @@ formats:
 examples:
   gmpmon export s.gmp --format folded -o mutex.folded && flamegraph.pl mutex.folded > m.svg
   gmpmon export s.gmp --format folded --what latency --weight count -o lat.folded
+  gmpmon export s.gmp --format folded --what waits --weight count -o waits.folded
   gmpmon export s.gmp --format pprof -o mutex.pb.gz && go tool pprof -top mutex.pb.gz
   gmpmon export s.gmp --format pprof --what cpu -o cpu.pb.gz && go tool pprof -tags cpu.pb.gz
   gmpmon export s.gmp --format perfetto -o trace.json
@@ -50,9 +53,10 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--what",
-        choices=("mutex", "latency", "cpu"),
+        choices=("mutex", "latency", "waits", "cpu"),
         default="mutex",
-        help="folded: mutex-contention stacks (default) or scheduling latency; "
+        help="folded: mutex-contention stacks (default), scheduling latency or where "
+        "goroutines wait (census wait stacks); "
         "pprof: mutex (default) or cpu (on-CPU profile from perf samples)",
     )
     p.set_defaults(func=run)

@@ -3,6 +3,9 @@
 ``what="mutex"``: one line per contended stack, weight = wait ns (or the count with
 ``weight="count"``). ``what="latency"``: scheduling latency as pseudo-stacks
 ``sched_latency;<wake reason>;P<n> N`` (weight = total runnable->running ns, or the count).
+``what="waits"``: where the goroutines wait, from the last census's wait stacks: the parked
+stack, root first, then its wait reason as a leaf ``[chan receive]``; weight = the goroutines'
+summed wait ns (``g.waitsince``: only goroutines parked across a GC have one) or the count.
 Frame names are made safe for the format: no ``;``, no whitespace, never empty
 (``[unknown]`` stands in), so every line parses.
 """
@@ -27,7 +30,7 @@ def frame(name: str) -> str:
 class FoldedExporter(Exporter):
     def __init__(self, header: Header, *, what: str = "mutex", weight: str = "wait") -> None:
         super().__init__(header)
-        if what not in ("mutex", "latency"):
+        if what not in ("mutex", "latency", "waits"):
             raise ValueError(f"unknown folded content {what!r}")
         if weight not in ("wait", "count"):
             raise ValueError(f"unknown weight {weight!r}")
@@ -46,6 +49,13 @@ class FoldedExporter(Exporter):
         if self.what == "mutex":
             for ms in snapshot.mutex_stacks:
                 self._put(list(ms.stack), ms.count if by_count else ms.wait_ns)
+        elif self.what == "waits":
+            census = snapshot.runtime.census if snapshot.runtime is not None else None
+            for w in (census.stacks or ()) if census is not None else ():
+                if w.system:
+                    continue
+                leaf = f"[{w.reason or w.state}]"
+                self._put([*w.frames, leaf], w.count if by_count else w.wait_sum_ns)
         else:
             for (reason, p), (count, total) in snapshot.latency_by_reason_proc.items():
                 where = f"P{p}" if p >= 0 else "[no P]"

@@ -23,6 +23,7 @@ from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, Snapshot
 
 SCHEMA_VERSION = 3
+WAIT_STACKS_TOP = 20  # census.wait_stacks: the largest groups
 
 
 def _lat(ls: LatencyStats, *, histogram: bool = True, sum_key: str = "sum") -> dict[str, Any]:
@@ -226,6 +227,20 @@ def census_summary(c: CensusView | None) -> dict[str, Any] | None:
         "creation_sites": [
             {"created_by": s.creator, "function": s.start, "count": s.count} for s in c.sites
         ],
+        "wait_stacks": None if c.stacks is None else [
+            {
+                "state": w.state,
+                "wait_reason": w.reason,
+                "count": w.count,
+                "waited": w.waited,
+                "wait_sum_ns": w.wait_sum_ns,
+                "wait_max_ns": w.wait_max_ns,
+                "created_by": w.creator,
+                "function": w.start,
+                "frames": list(w.leaf_first),
+            }
+            for w in c.stacks if not w.system
+        ][:WAIT_STACKS_TOP],
     }
 
 

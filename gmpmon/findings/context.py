@@ -44,6 +44,13 @@ class Thresholds:
     leak_min_seconds: int = 5  # ... over at least this many seconds of points
     leak_steady: float = 0.7  # ... rising in this share of the seconds
     leak_critical: int = 10_000
+    # goroutine-leak from the census's wait stacks: one group (same stack, wait reason and
+    # creation site) grows by this many goroutines ...
+    leak_stack_min: int = 50
+    leak_stack_passes: int = 5  # ... over at least this many complete census walks ...
+    leak_stack_rises: float = 2.0  # ... rising at least this many times as often as it falls
+    leak_stack_wait_ns: int = 60 * NS  # ... and its oldest has waited this long (waitsince),
+    #                                       or the group was followed this long and never fell
     spin_cpu: float = 0.05  # idle-spinning: Ps searching for work this many CPUs on average
     spin_busy: float = 0.30  # ... and this share of the Ps' busy (running + searching) time
     spin_sample_share: float = 0.30  # sample mode: SCHED samples with nmspinning > 0

@@ -10,6 +10,7 @@ from gmpmon.findings import kernel_evidence as kev
 from gmpmon.findings.context import Context
 from gmpmon.model.findingtypes import Finding, Severity
 from gmpmon.model.snapshot import GState
+from gmpmon.model.waitstacks import StackTrend, wait_site
 
 SYSCALL_CAUSES = ("syscall-retake", "syscall-block", "unknown")
 
@@ -198,22 +199,92 @@ def _runtime_series(ctx: Context) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(per_s.items()))
 
 
+def leaking_stacks(ctx: Context) -> list[StackTrend]:
+    """Census wait-stack groups that look leaked: user goroutines parked at one stack, from
+    one creation site, growing across census walks, and parked for minutes (docs/findings.md
+    says why each threshold)."""
+    th = ctx.th
+    out = []
+    for t in ctx.inputs.stack_trends:
+        if t.system or not t.reason or t.passes < th.leak_stack_passes:
+            continue
+        if t.growth < th.leak_stack_min or t.rises < th.leak_stack_rises * max(t.falls, 1):
+            continue
+        followed_ns = t.last_ts - t.first_ts
+        if t.wait_max_ns < th.leak_stack_wait_ns and not (
+                t.falls == 0 and followed_ns >= th.leak_stack_wait_ns):
+            continue
+        out.append(t)
+    return out
+
+
+def _stack_evidence(t: StackTrend) -> dict[str, Any]:
+    return {
+        "site": wait_site(t.frames),
+        "wait_reason": t.reason,
+        "created_by": t.creator,
+        "function": t.start,
+        "first_count": t.first_count,
+        "count": t.last_count,
+        "growth": t.growth,
+        "census_walks": t.passes,
+        "rises": t.rises,
+        "falls": t.falls,
+        "seconds": round(t.seconds, 1),
+        "wait_max_s": round(t.wait_max_ns / 1e9, 1) if t.wait_max_ns else None,
+        "stack": list(reversed(t.frames)),  # leaf first, as Go prints it
+    }
+
+
+def _stack_leak_only(ctx: Context, leaks: list[StackTrend]) -> Finding:
+    """The census saw a leak the goroutine count alone does not show (too slow, or hidden
+    by goroutines that come and go elsewhere)."""
+    t = leaks[0]
+    waited = (f", the oldest parked {t.wait_max_ns / 60e9:.0f} min" if t.wait_max_ns >= 60e9
+              else f", the oldest parked {t.wait_max_ns / 1e9:.0f} s" if t.wait_max_ns
+              else f", none left in {t.seconds / 60:.0f} min")
+    created = f", created by {t.creator} (go {t.start})" if t.creator else ""
+    return Finding(
+        "goroutine-leak",
+        Severity.CRITICAL if t.growth >= ctx.th.leak_critical else Severity.WARNING,
+        f"Goroutines parked at {wait_site(t.frames)} ({t.reason}) grow: +{t.growth} in "
+        f"{t.seconds:.0f} s to {t.last_count}{waited}{created}",
+        {
+            "growth": t.growth,
+            "seconds": round(t.seconds),
+            "per_second": round(t.growth / max(t.seconds, 1e-9), 2),
+            "wait_reason": t.reason,
+            "creation_site": f"{t.creator} -> go {t.start}" if t.creator else "",
+            "stacks": [_stack_evidence(x) for x in leaks[:5]],
+            "sources": {"series": "census (wait-stack groups across walks)",
+                        "wait_reasons": "census", "creation_sites": "census (g.gopc, "
+                        "g.startpc)", "stacks": "census (g.sched unwound)"},
+            "sampled": [],
+        },
+        "Goroutines that park at the same place and never leave wait for something that "
+        "will not happen (a reply nobody sends, a channel nobody closes, a context never "
+        "cancelled). Look at the stack: the frame after the runtime's is the wait; the "
+        "creation site is the go statement that starts them.",
+    )
+
+
 def goroutine_leak(ctx: Context) -> Finding | None:
     gr, th, snap = ctx.inputs.growth, ctx.th, ctx.snap
+    leaks = leaking_stacks(ctx)
     pts = _runtime_series(ctx)
     source = "runtime (gcount samples)"
     if len(pts) < 2:
         pts, source = gr.points, "events (creates - exits)"
     if len(pts) < 2:
-        return None
+        return _stack_leak_only(ctx, leaks) if leaks else None
     span = pts[-1][0] - pts[0][0]
     growth = pts[-1][1] - pts[0][1]
     if span < th.leak_min_seconds or growth < th.leak_min:
-        return None
+        return _stack_leak_only(ctx, leaks) if leaks else None
     ups = sum(1 for a, b in itertools.pairwise(pts) if b[1] > a[1])
     steady = ups / (len(pts) - 1)
     if steady < th.leak_steady:
-        return None
+        return _stack_leak_only(ctx, leaks) if leaks else None
     cg = ctx.inputs.census_growth
     site = ""
     sites: list[dict[str, Any]] = []
@@ -234,6 +305,8 @@ def goroutine_leak(ctx: Context) -> Finding | None:
     if sites:
         site = f"{sites[0]['creator']} -> go {sites[0]['start']}"
     parents = sorted(gr.parents.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    grown = leaks or [t for t in ctx.inputs.stack_trends
+                      if t.growth > 0 and not t.system and t.reason][:3]
     sampled = ["wait_reasons"] if not reason_src.startswith("census") else []
     if source.startswith("runtime") or snap.window == "windows":
         sampled.append("series")
@@ -241,7 +314,9 @@ def goroutine_leak(ctx: Context) -> Finding | None:
         "goroutine-leak",
         Severity.CRITICAL if growth >= th.leak_critical else Severity.WARNING,
         f"Live goroutines grow steadily: +{growth} in {span} s ({growth / span:.0f}/s)"
-        + (f", waiting in {reason!r}" if reason else "") + (f", created at {site}" if site else ""),
+        + (f", waiting in {reason!r}" if reason else "")
+        + (f" at {wait_site(grown[0].frames)}" if grown else "")
+        + (f", created at {site}" if site else ""),
         {
             "growth": growth,
             "seconds": span,
@@ -257,6 +332,8 @@ def goroutine_leak(ctx: Context) -> Finding | None:
             "sources": {"series": source, "wait_reasons": reason_src,
                         "creation_sites": "census (g.gopc, g.startpc)" if sites else "none"},
             "sampled": sampled,
+            # where they wait: the leaking census stack groups, else the ones that grew most
+            "stacks": [_stack_evidence(t) for t in grown[:5]],
         },
         "Goroutines are created faster than they end and pile up blocked"
         + (f" (created in {sites[0]['creator']})" if sites else "") + ". Give every "

@@ -61,7 +61,8 @@ class Watch:
         # RuntimeSources validates the live layout first (binary/validate.py) and turns off,
         # with one line each, whatever does not hold: never a number read through offsets
         # or addresses that do not fit this process.
-        self.sources = RuntimeSources(info, proc.pid, counters_s=0.0, census_s=census_s)
+        self.sources = RuntimeSources(info, proc.pid, counters_s=0.0, census_s=census_s,
+                                      stacks=False)  # no Unwinder (the file) per process
         self.missing.extend(self.sources.errors)
         self.cgroup = CgroupCpuReader(proc.pid)
         self.findings: FindingsWindow | None = None

@@ -43,6 +43,7 @@ from gmpmon.model.findingtypes import (
     RunqStats,
     SpinStats,
 )
+from gmpmon.model.waitstacks import GroupKey, GroupTrend
 
 LONG_RUN_NS = 10_000_000  # sysmon's forcePreemptNS: a G on one P this long gets preempted
 LATENCY_SAMPLES = 20_000
@@ -62,6 +63,7 @@ K_LOST, K_WINDOW, K_CGROUP = int(Kind.LOST), int(Kind.WINDOW), int(Kind.CGROUP_C
 K_P_IDLE = int(Kind.P_IDLE)
 K_CENSUS_BEGIN, K_CENSUS_STATE = int(Kind.CENSUS_BEGIN), int(Kind.CENSUS_STATE)
 K_CENSUS_SITE, K_CENSUS_END = int(Kind.CENSUS_SITE), int(Kind.CENSUS_END)
+K_CENSUS_STACK, K_CENSUS_STACK_WAIT = int(Kind.CENSUS_STACK), int(Kind.CENSUS_STACK_WAIT)
 G_WAITING_STATUS = 4  # _Gwaiting
 HOT = frozenset({K_EXECUTE, K_FIND_RUNNABLE, K_PARK, K_GO_CREATE, K_GO_EXIT, K_SYSCALL_ENTER,
                  K_PREEMPTED, K_P_IDLE})
@@ -69,7 +71,8 @@ _KIND = itemgetter(1)
 _TS = itemgetter(0)
 _CAUSE_ROW = itemgetter(0, 1, 4, 5)  # (ts, kind, g, a0) of an M's last PARK/SYSCALL_ENTER
 _RARE = frozenset({K_PREEMPT_REQ, K_P_SAMPLE, K_SCHED_SAMPLE, K_CGROUP, K_CENSUS_BEGIN,
-                   K_CENSUS_STATE, K_CENSUS_SITE, K_CENSUS_END})
+                   K_CENSUS_STATE, K_CENSUS_SITE, K_CENSUS_END, K_CENSUS_STACK,
+                   K_CENSUS_STACK_WAIT})
 _CHURN = frozenset({K_GO_CREATE, K_GO_EXIT})
 _G, _A0 = itemgetter(4), itemgetter(5)
 _CAUSES = frozenset({K_PARK, K_SYSCALL_ENTER})
@@ -86,6 +89,10 @@ class FindingsTracker:
         self._census_new: tuple[dict[int, int], dict[int, int]] | None = None
         self._census_first: tuple[int, dict[int, int], dict[int, int]] | None = None
         self._census_last: tuple[int, dict[int, int], dict[int, int]] | None = None
+        # census wait stacks: this walk's groups, and each group's trend over complete walks
+        self._groups_new: dict[GroupKey, tuple[int, int]] = {}
+        self._group_last: GroupKey | None = None
+        self.stack_trend = GroupTrend()
         self.latency_samples: deque[tuple[int, int, int, int]] = deque(maxlen=LATENCY_SAMPLES)
         # Mirrors the Model: in default mode hot kinds count only inside WINDOW 1..0.
         self._hot = header.mode not in ("sample", "default")
@@ -223,6 +230,14 @@ class FindingsTracker:
             self._cgroup(e)
         elif k == K_CENSUS_BEGIN:
             self._census_new = ({}, {})
+            self._groups_new = {}
+        elif k == K_CENSUS_STACK:
+            key = self._group_last = (e[4], e[3], e[5])
+            self._groups_new[key] = (e[6], 0)
+        elif k == K_CENSUS_STACK_WAIT:
+            last = self._group_last
+            if last is not None and last in self._groups_new:
+                self._groups_new[last] = (self._groups_new[last][0], e[6])
         elif k in (K_CENSUS_STATE, K_CENSUS_SITE):
             if self._census_new is not None:
                 a0 = e[5]
@@ -237,6 +252,9 @@ class FindingsTracker:
                 if self._census_first is None:
                     self._census_first = (e[0], *done)
                 self._census_last = (e[0], *done)
+                if self._groups_new:
+                    self.stack_trend.walk(e[0], self._groups_new)
+            self._groups_new = {}
 
     def long_run(self, p: int, goid: int, start: int, end: int) -> None:
         """Called by the Model when a RUNNING span of >= LONG_RUN_NS closes (events only)."""
@@ -438,6 +456,7 @@ class FindingsTracker:
             ),
             growth=GrowthSeries(tuple(live), "events", parents),
             census_growth=self._census_growth(),
+            stack_trends=self.stack_trend.trends(self.stacks, self.header.wait_reasons),
             spin=SpinStats(self.spin_samples, self.spin_nonzero, self.spin_sum, self.idle_sum),
             latency_samples=tuple(self.latency_samples),
             gomaxprocs=self.header.gomaxprocs,

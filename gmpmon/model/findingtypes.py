@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from gmpmon.model.waitstacks import StackTrend
+
 
 class Severity(IntEnum):
     INFO = 0
@@ -166,3 +168,5 @@ class FindingsInputs:
     gomaxprocs: int
     p_idles: int = 0  # P_IDLE (pidleput) events seen: searching vs idle is known
     census_growth: CensusGrowth | None = None
+    # census wait-stack groups over complete walks, the most grown first (model/waitstacks.py)
+    stack_trends: tuple[StackTrend, ...] = ()

@@ -28,6 +28,7 @@ from gmpmon.events import (
 from gmpmon.model.part import Context, Part
 from gmpmon.model.rthist import HIST_BUCKETS, bucket_bounds, hist_stats
 from gmpmon.model.values import LatencyStats
+from gmpmon.model.waitstacks import CensusStack, site_names, stack_frames
 
 __all__ = ["HIST_BUCKETS", "RuntimePart", "RuntimeView", "bucket_bounds", "hist_stats"]
 
@@ -68,6 +69,9 @@ class CensusView:
     rows: tuple[CensusRow, ...]  # by count desc
     sites: tuple[CensusSite, ...]  # top creation sites of user goroutines, by count desc
     source: str = SOURCE_CENSUS
+    # Where they are parked: groups by (state, wait reason, stack, creation site), largest
+    # first; None when this capture took no stacks (no unwinder, or a version 1 recording).
+    stacks: tuple[CensusStack, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,8 @@ class RuntimePart(Part):
         self._series_len = series_len
         self._census: CensusView | None = None
         self._building: dict[str, object] | None = None
+        self._stacks_seen = False  # a CENSUS_STACK was ever seen: stacks are measured
+        self._groups: list[list[int]] = []  # this walk's [sid, site, a0, n, waited, sum, max]
 
     def handlers(self) -> list[tuple[int, Callable[[EventTuple], None]]]:
         return [
@@ -161,6 +167,8 @@ class RuntimePart(Part):
             (Kind.CENSUS_WAIT, self.on_census_wait),
             (Kind.CENSUS_SITE, self.on_census_site),
             (Kind.CENSUS_END, self.on_census_end),
+            (Kind.CENSUS_STACK, self.on_census_stack),
+            (Kind.CENSUS_STACK_WAIT, self.on_census_stack_wait),
         ]
 
     # ------------------------------------------------------------------ counters
@@ -216,6 +224,40 @@ class RuntimePart(Part):
 
     def on_census_begin(self, e: EventTuple) -> None:
         self._building = {"seq": e[5], "allglen": e[6], "rows": {}, "sites": []}
+        self._groups = []
+
+    def on_census_stack(self, e: EventTuple) -> None:
+        self._stacks_seen = True
+        if self._building is not None:
+            self._groups.append([e[4], e[3], e[5], e[6], 0, 0, 0])
+
+    def on_census_stack_wait(self, e: EventTuple) -> None:
+        if self._building is not None and self._groups:
+            g = self._groups[-1]
+            g[4], g[5], g[6] = e[3], e[4], e[6]
+
+    def _stack_groups(self) -> tuple[CensusStack, ...] | None:
+        if not self._stacks_seen:
+            return None
+        out = []
+        for sid, site, a0, n, waited, wsum, wmax in self._groups:
+            status, reason = a0 & 0xFFFF, (a0 >> 16) & 0xFFFF
+            creator, start = site_names(self.stacks, site)
+            out.append(CensusStack(
+                stack_id=sid,
+                state=self._name(self.g_status, status),
+                reason=self._name(self.wait_reasons, reason) if status == 4 else "",
+                system=bool(a0 >> 32),
+                frames=stack_frames(self.stacks, sid),
+                creator=creator,
+                start=start,
+                count=n,
+                waited=waited,
+                wait_sum_ns=wsum,
+                wait_max_ns=wmax,
+            ))
+        out.sort(key=lambda s: (s.system, -s.count, -s.wait_max_ns, s.stack_id, s.creator))
+        return tuple(out)
 
     def _row(self, a0: int) -> list[int]:
         b = self._building
@@ -294,6 +336,7 @@ class RuntimePart(Part):
             system=system,
             rows=tuple(rows),
             sites=tuple(sites),
+            stacks=self._stack_groups(),
         )
 
     @staticmethod

@@ -1,4 +1,6 @@
-"""Goroutines view: a sortable table of the goroutines the model has seen."""
+"""Goroutines view: a sortable table of the goroutines the model has seen, or (``w``) the
+census's wait stacks: the parked goroutines grouped by state, wait reason, stack and creation
+site, largest first."""
 
 from __future__ import annotations
 
@@ -17,6 +19,14 @@ from gmpmon.model.snapshot import GoroutineView, GState, Snapshot
 from gmpmon.tui.census import census_text
 from gmpmon.tui.measure import coverage
 from gmpmon.tui.render import GSTATE_WORD, fmt_count, fmt_ns
+from gmpmon.tui.waits import (
+    GROUP_COLUMNS,
+    WHERE,
+    group_row,
+    group_text,
+    groups_summary,
+    user_groups,
+)
 from gmpmon.tui.widgets.details import DetailScreen, goroutine_matches, goroutine_text, in_state
 
 SortKey = Callable[[GoroutineView, int], tuple[object, ...]]
@@ -53,7 +63,25 @@ class GoroutinesView(Vertical):
     filter_text = ""
     _shown = ""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("s", "cycle_sort", "Sort", show=True)]
+    # None: the wait stacks when the census has them, else the goroutines; `w` chooses.
+    by_stacks: bool | None = None
+    _groups_key: tuple[object, ...] | None = None
+    _groups_by_wait = False  # `s` in the wait stacks: longest wait first instead of count
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "cycle_sort", "Sort", show=True),
+        Binding("w", "toggle_stacks", "Stacks/Gs", show=True),
+        Binding("j", "cursor(1)", "Down", show=False),
+        Binding("k", "cursor(-1)", "Up", show=False),
+    ]
+
+    def action_cursor(self, step: int) -> None:
+        """j/k move the table's cursor, as the arrows do (and scroll the other views)."""
+        table: DataTable[str | Text] = self.query_one(DataTable)
+        if step > 0:
+            table.action_cursor_down()
+        else:
+            table.action_cursor_up()
 
     def compose(self) -> ComposeResult:
         yield Static(id="g-summary")
@@ -74,11 +102,32 @@ class GoroutinesView(Vertical):
     def invalidate(self) -> None:
         """Rebuild the table on the next snapshot, however close in time (a replay step)."""
         self._table_now = None
+        self._groups_key = None
+
+    def showing_stacks(self, snap: Snapshot | None = None) -> bool:
+        snap = snap or self.snapshot
+        if self.by_stacks is not None:
+            return self.by_stacks
+        c = snap.runtime.census if snap is not None and snap.runtime is not None else None
+        return c is not None and c.stacks is not None
+
+    def action_toggle_stacks(self) -> None:
+        self.by_stacks = not self.showing_stacks()
+        self.invalidate()
+        self.snapshot = self.snapshot
 
     def action_cycle_sort(self) -> None:
+        if self.showing_stacks():
+            self._groups_by_wait = not self._groups_by_wait
+            self.invalidate()
+            self.snapshot = self.snapshot
+            return
         self._sort_by((self.sort_column + 1) % len(COLUMNS))
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        if self.showing_stacks():
+            self.action_cycle_sort()
+            return
         self._sort_by(event.column_index)
 
     def _sort_by(self, column: int) -> None:
@@ -98,6 +147,11 @@ class GoroutinesView(Vertical):
     def watch_snapshot(self, snap: Snapshot | None) -> None:
         if snap is None:
             return
+        self._census_panel(snap)
+        if self.showing_stacks(snap):
+            self._show_groups(snap)
+            return
+        self._groups_key = None
         cov = coverage(snap)
         counts = "  ".join(f"{k} {fmt_count(v)}" for k, v in sorted(snap.g_state_counts.items()))
         label, _, _ = COLUMNS[self.sort_column]
@@ -115,14 +169,8 @@ class GoroutinesView(Vertical):
         if self.filter_text:
             summary.append(f"  filter '{self.filter_text}': {shown}", style="bold #d29922")
         summary.append(f"   by {label} {'↓' if self.sort_reverse else '↑'} (s; enter: details;"
-                       " /: filter)", style="dim")
+                       " /: filter; w: wait stacks)", style="dim")
         self.query_one("#g-summary", Static).update(summary)
-        census = self.query_one("#g-census", Static)
-        census.display = snap.runtime is not None
-        if snap.runtime is not None:
-            # At most ~40% of the view: below 24 rows the table would otherwise lose them all.
-            lines = max(3, (self.size.height or self.app.size.height) * 2 // 5)
-            census.update(census_text(snap.runtime, lines=lines))
 
         if self._table_now is not None and abs(snap.now - self._table_now) < TABLE_EVERY_NS:
             return
@@ -174,6 +222,57 @@ class GoroutinesView(Vertical):
         if keep is not None and keep in table.rows:
             table.move_cursor(row=table.get_row_index(keep), animate=False)
 
+    def _census_panel(self, snap: Snapshot) -> None:
+        census = self.query_one("#g-census", Static)
+        census.display = snap.runtime is not None
+        if snap.runtime is not None:
+            # At most ~40% of the view: below 24 rows the table would otherwise lose them all.
+            lines = max(3, (self.size.height or self.app.size.height) * 2 // 5)
+            census.update(census_text(snap.runtime, lines=lines))
+
+    def _show_groups(self, snap: Snapshot) -> None:
+        """The census's wait-stack groups, one a row (rebuilt when a new census arrives)."""
+        c = snap.runtime.census if snap.runtime is not None else None
+        groups = user_groups(c, self.filter_text)
+        if self._groups_by_wait:
+            groups.sort(key=lambda rw: (-rw[1].wait_max_ns, rw[0]))
+        shown = f"{len(groups)}"
+        self.query_one("#g-summary", Static).update(groups_summary(c, len(groups),
+                                                                   self.filter_text))
+        table: DataTable[str | Text] = self.query_one(DataTable)
+        key = (c.seq if c is not None else -1, self.filter_text, self._groups_by_wait,
+               table.size.width)
+        if key == self._groups_key:
+            return
+        self._groups_key = key
+        self._shown = shown
+        keep = None
+        if table.row_count and table.cursor_row >= 0:
+            try:
+                keep = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            except Exception:  # cursor past the end after the table shrank
+                keep = None
+        rows = [group_row(rank, w) for rank, w in groups[:TABLE_ROWS]]
+        table.clear(columns=True)
+        for i, label in enumerate(GROUP_COLUMNS):
+            table.add_column(label, key=label, width=self._where_room(table, rows) if i == WHERE
+                             else None)
+        for (rank, _w), row in zip(groups, rows, strict=False):
+            table.add_row(*row, key=f"s{rank}")
+        if keep is not None and keep in table.rows:
+            table.move_cursor(row=table.get_row_index(keep), animate=False)
+
+    def _where_room(self, table: DataTable[str | Text], rows: list[list[Text]]) -> int | None:
+        """The stack column takes what the others leave (its end is cut: enter shows it)."""
+        pad = 2 * table.cell_padding
+        widths = [len(label) for label in GROUP_COLUMNS]
+        for row in rows:
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], cell.cell_len)
+        width = table.size.width or self.app.size.width
+        room = width - sum(w + pad for i, w in enumerate(widths) if i != WHERE) - pad - 2
+        return max(room, START_MIN) if room < widths[WHERE] else None
+
     def _start_room(self, table: DataTable[str | Text], rows: list[list[Text]]) -> int:
         """Width of the start column: what the other columns leave of the table's width
         (names longer than that lose their front), at least START_MIN (the table scrolls
@@ -190,6 +289,15 @@ class GoroutinesView(Vertical):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         snap = self.snapshot
         if snap is None or event.row_key.value is None:
+            return
+        if event.row_key.value.startswith("s"):
+            c = snap.runtime.census if snap.runtime is not None else None
+            rank = int(event.row_key.value[1:])
+            group = next((w for r, w in user_groups(c) if r == rank), None)
+            if c is None or group is None:
+                self.app.notify("that group is no longer in the census", severity="warning")
+                return
+            self.app.push_screen(DetailScreen(f"wait stack #{rank}", group_text(rank, group, c)))
             return
         goid = int(event.row_key.value)
         g = next((x for x in snap.goroutines if x.goid == goid), None)

@@ -26,7 +26,8 @@ z  t              reset the counters (count from now); last 10 s / since attach
 [ ]  home end     replay: seek -/+ 10%, to the start, to the end
 < >               replay: slower / faster
 s / click header  Goroutines: change the sort column (again: reverse)
-enter             details: the goroutine under the cursor; Contention: stacks in full
+w                 Goroutines: wait stacks (grouped) / goroutine table
+enter             details: the goroutine or wait stack under the cursor; Contention: stacks
 /                 filter goroutines and stacks by text (empty: all)
 T                 several targets (attach PID PID...): pick the one shown
 ?                 this help          q  quit (detaches every probe)
@@ -53,7 +54,9 @@ VIEWS = (
     "latency is the runtime's own histogram (runtime counters: it times ~1 transition in "
     "8).\n"
     "Contention: contended sync.Mutex / RWMutex stacks by total wait; e exports them.\n"
-    "Goroutines: the goroutines seen, longest total wait first; s or a click on a header "
+    "Goroutines: where they wait (the census's wait stacks: parked goroutines grouped by "
+    "state, wait reason, stack and creation site; enter shows the stack; w switches), or "
+    "the goroutines seen, longest total wait first; s or a click on a header "
     "sorts. States: running (on a P), runnable (in a run queue), waiting (parked: see the "
     "wait reason), syscall, dead (exited, kept a while), unknown (not observed since "
     "attaching or since the last window). 'in state >2s': unchanged since the capture "

@@ -1,0 +1,279 @@
+"""Every goroutine's stack from outside: a walk of ``runtime.allgs`` and an unwind of each G's
+saved registers with the binary's pclntab (gmpmon/binary/unwind.py). The target never stops.
+
+Per goroutine, as the runtime's ``tracebackothers`` does: the G's status and wait reason;
+where to start (``g.syscallpc``/``syscallsp`` when set, a G in a syscall; else ``g.sched``);
+the stack bytes from sp up to ``g.stack.hi``. All reads are batched (``readv``: a few
+process_vm_readv calls for thousands of goroutines). A parked G's stack can move (GC shrinks
+it) or the G can run between the reads, so each G's header is read again after its stack:
+a G whose status, sched or syscall sp/pc changed is read again (up to ``retries`` times) and
+then marked ``changed``. Running goroutines (``_Grunning``) have no saved registers worth
+unwinding; they are reported on their P.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+
+from gmpmon.binary.info import BinaryInfo
+from gmpmon.binary.table import GSCAN
+from gmpmon.binary.unwind import Frame, Unwinder, visible
+from gmpmon.capture.runtime_counters import global_addr
+from gmpmon.capture.targetmem import MAX_GOROUTINES, TargetMemory, check_count
+from gmpmon.errors import MissingSymbolsError
+
+G_RUNNING, G_SYSCALL, G_WAITING, G_DEAD = 2, 3, 4, 6
+MAX_STACK_READ = 1 << 20  # bytes of one goroutine's stack read at most (deeper: truncated)
+_USER_RUNTIME = frozenset({"runtime.main", "runtime.corostart", "runtime.handleAsyncEvent"})
+_FIELDS = (  # name, offset key, struct code; optional ones may be absent
+    ("lo", "runtime.g.stack.lo", "Q"),
+    ("hi", "runtime.g.stack.hi", "Q"),
+    ("m", "runtime.g.m", "Q"),
+    ("sp", "runtime.g.sched.sp", "Q"),
+    ("pc", "runtime.g.sched.pc", "Q"),
+    ("syscallsp", "runtime.g.syscallsp", "Q"),
+    ("syscallpc", "runtime.g.syscallpc", "Q"),
+    ("status", "runtime.g.atomicstatus", "I"),
+    ("goid", "runtime.g.goid", "Q"),
+    ("since", "runtime.g.waitsince", "q"),
+    ("reason", "runtime.g.waitreason", "B"),
+    ("lockedm", "runtime.g.lockedm", "Q"),
+    ("parent", "runtime.g.parentGoid", "Q"),
+    ("gopc", "runtime.g.gopc", "Q"),
+    ("startpc", "runtime.g.startpc", "Q"),
+)
+_REQUIRED = ("lo", "hi", "sp", "pc", "status", "goid", "reason", "syscallsp", "syscallpc")
+_CONSISTENT = ("status", "sp", "pc", "syscallsp", "syscallpc")
+
+
+@dataclass(slots=True)
+class Goroutine:
+    goid: int
+    status: str  # "waiting", "running", ...; the wait reason is apart
+    status_code: int
+    scan: bool
+    wait_reason: str  # "" unless waiting
+    wait_ns: int | None  # now - g.waitsince; None when the runtime has not set it
+    locked: bool
+    system: bool
+    frames: list[Frame]  # every logical frame, innermost first (runtime ones included)
+    shown: list[Frame]  # those Go's traceback prints (GOTRACEBACK=single)
+    unwind: str  # unwind.OK or why the stack is short; "running" for a running G
+    changed: bool  # the G moved while its stack was read, on every try
+    created_by: Frame | None  # the go statement (physical function, innermost file:line)
+    creator: int  # the creating goroutine (1.21+), 0 when unknown
+    p: int | None = None  # the P a running goroutine runs on
+
+    @property
+    def state(self) -> str:
+        """The header's state as Go prints it: the wait reason for a waiting G."""
+        return self.wait_reason if self.status_code == G_WAITING and self.wait_reason \
+            else self.status
+
+
+@dataclass(slots=True)
+class Dump:
+    go_version: str
+    goroutines: list[Goroutine] = field(default_factory=list)
+    allglen: int = 0
+    seconds: float = 0.0
+    reads: int = 0
+    retried: int = 0
+
+
+class GoroutineReader:
+    """Reads dumps of one process. ``unwinder`` is built once per binary (its caches make a
+    second dump of the same program cheap)."""
+
+    def __init__(self, info: BinaryInfo, mem: TargetMemory, unwinder: Unwinder,
+                 retries: int = 3) -> None:
+        self.info, self.mem, self.uw, self.retries = info, mem, unwinder, retries
+        self.bias = info.load_bias
+        allgs = global_addr(info, "runtime.allgs")
+        if allgs is None:
+            raise MissingSymbolsError(
+                f"{info.path}: runtime.allgs not found; cannot list goroutines")
+        self.allgs = allgs
+        o = info.offsets
+        missing = [k for n, k, _c in _FIELDS if n in _REQUIRED and k not in o]
+        if missing:
+            raise MissingSymbolsError(
+                f"{info.path}: no offset for {', '.join(missing)} ({info.go_version})")
+        fields = sorted(((o[k], n, c) for n, k, c in _FIELDS if k in o))
+        self.lo = fields[0][0]
+        fmt, pos = "<", self.lo
+        for off, _n, code in fields:
+            fmt += (f"{off - pos}x" if off > pos else "") + code
+            pos = off + struct.calcsize("<" + code)
+        self._g = struct.Struct(fmt)
+        self.span = pos - self.lo
+        self._names = [n for _o, n, _c in fields]
+        self._funcs: dict[int, tuple[str, int]] = {}
+        self._creators: dict[int, Frame | None] = {}
+        self._shown_cache: dict[tuple[int, ...], list[Frame]] = {}
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _rows(self, gps: list[int]) -> list[dict[str, int] | None]:
+        bufs = self.mem.readv([(gp + self.lo, self.span) for gp in gps])
+        names, unpack = self._names, self._g.unpack
+        return [None if b is None else dict(zip(names, unpack(b), strict=True)) for b in bufs]
+
+    @staticmethod
+    def _start(row: dict[str, int]) -> tuple[int, int]:
+        if row["syscallsp"]:
+            return row["syscallpc"], row["syscallsp"]
+        return row["pc"], row["sp"]
+
+    def _stacks(self, rows: list[dict[str, int] | None]) -> list[bytes | None]:
+        spans = []
+        for row in rows:
+            if row is None or row["status"] & ~GSCAN in (G_DEAD, G_RUNNING):
+                spans.append((0, 0))
+                continue
+            _pc, sp = self._start(row)
+            hi = row["hi"]
+            if not row["lo"] <= sp < hi:
+                spans.append((0, 0))
+                continue
+            spans.append((sp, min(hi - sp, MAX_STACK_READ)))
+        return self.mem.readv(spans, cap=MAX_STACK_READ)
+
+    def read(self, include_system: bool = False) -> Dump:
+        """Every goroutine but the runtime's own; ``include_system``: those too, with every
+        frame (runtime ones included), as GOTRACEBACK=system prints them."""
+        t0 = time.monotonic()
+        reads0 = self.mem.reads
+        dump = Dump(self.info.go_version)
+        ptr, n = struct.unpack("<QQ", self.mem.read(self.allgs, 16))
+        check_count("allglen", n, MAX_GOROUTINES)
+        dump.allglen = n
+        gps: list[int] = []
+        step = 8192
+        for i in range(0, n, step):
+            k = min(step, n - i)
+            gps.extend(struct.unpack(f"<{k}Q", self.mem.read(ptr + 8 * i, 8 * k)))
+        rows = self._rows(gps)
+        stacks = self._stacks(rows)
+        todo = list(range(len(gps)))
+        changed: set[int] = set()
+        for attempt in range(self.retries + 1):
+            after = self._rows([gps[i] for i in todo])
+            moved = []
+            for i, row2 in zip(todo, after, strict=True):
+                row = rows[i]
+                if row is None or row2 is None:
+                    continue
+                if any(row[k] != row2[k] for k in _CONSISTENT):
+                    moved.append(i)
+                    rows[i] = row2
+            if not moved:
+                changed.clear()
+                break
+            changed = set(moved)
+            if attempt == self.retries:
+                break
+            dump.retried += len(moved)
+            fresh = self._stacks([rows[i] for i in moved])
+            for i, b in zip(moved, fresh, strict=True):
+                stacks[i] = b
+            todo = moved
+        now = time.monotonic_ns()
+        running = [i for i, r in enumerate(rows)
+                   if r is not None and r["status"] & ~GSCAN == G_RUNNING]
+        ps = self._running_ps([rows[i] for i in running])  # type: ignore[misc]
+        p_of = dict(zip(running, ps, strict=True))
+        for i, row in enumerate(rows):
+            if row is None or row["status"] & ~GSCAN == G_DEAD:
+                continue
+            g = self._goroutine(row, stacks[i], now, i in changed, p_of.get(i), include_system)
+            if g.system and not include_system:
+                continue
+            dump.goroutines.append(g)
+        dump.seconds = time.monotonic() - t0
+        dump.reads = self.mem.reads - reads0
+        return dump
+
+    def _running_ps(self, rows: list[dict[str, int]]) -> list[int | None]:
+        o = self.info.offsets
+        if not rows or "runtime.m.p" not in o or "runtime.p.id" not in o:
+            return [None] * len(rows)
+        mps = self.mem.readv([(r["m"] + o["runtime.m.p"], 8) if r["m"] else (0, 0)
+                              for r in rows])
+        pps = [struct.unpack("<Q", b)[0] if b else 0 for b in mps]
+        ids = self.mem.readv([(p + o["runtime.p.id"], 4) if p else (0, 0) for p in pps])
+        return [struct.unpack("<i", b)[0] if b else None for b in ids]
+
+    # -- one goroutine ----------------------------------------------------------------------
+
+    def _func(self, pc: int) -> tuple[str, int]:
+        """(name, funcID) of a runtime pc's function."""
+        got = self._funcs.get(pc)
+        if got is None:
+            fo = self.uw.findfunc(pc - self.bias) if pc else None
+            got = ("?", 0) if fo is None else (self.uw.name(fo), self.uw.func_id(fo))
+            self._funcs[pc] = got
+        return got
+
+    def _goroutine(self, row: dict[str, int], stack: bytes | None, now: int, changed: bool,
+                   p: int | None, every_frame: bool = False) -> Goroutine:
+        info = self.info
+        raw = row["status"]
+        code = raw & ~GSCAN
+        status = info.g_status[code] if code < len(info.g_status) else "???"
+        reason = ""
+        if code == G_WAITING and row["reason"] < len(info.wait_reasons):
+            reason = info.wait_reasons[row["reason"]]
+        since = row.get("since", 0)
+        wait_ns = now - since if since > 0 and code in (G_WAITING, G_SYSCALL) else None
+        start_name = self._func(row.get("startpc", 0))[0]
+        system = start_name.startswith("runtime.") and start_name not in _USER_RUNTIME
+        frames: list[Frame] = []
+        why = "running" if code == G_RUNNING else "no stack"
+        if code != G_RUNNING and stack is not None:
+            pc, sp = self._start(row)
+            frames, why = self.uw.unwind(pc - self.bias, sp, stack, sp, self.bias)
+        shown = frames if every_frame else self._shown(frames)
+        created = self._created(row.get("gopc", 0)) if row["goid"] != 1 else None
+        return Goroutine(
+            goid=row["goid"], status=status, status_code=code, scan=bool(raw & GSCAN),
+            wait_reason=reason, wait_ns=wait_ns, locked=bool(row.get("lockedm", 0)),
+            system=system, frames=frames, shown=shown, unwind=why, changed=changed,
+            created_by=created, creator=row.get("parent", 0), p=p,
+        )
+
+    def _created(self, gopc: int) -> Frame | None:
+        """printcreatedby: the go statement's function (physical), file:line at gopc - 1."""
+        if gopc in self._creators:
+            return self._creators[gopc]
+        created = None
+        link = gopc - self.bias
+        fo = self.uw.findfunc(link) if gopc else None
+        if fo is not None:
+            entry = self.uw.entry(fo)
+            file, line = self.uw.file_line(fo, link - 1 if link > entry else link)
+            f = Frame(self.uw.name(fo), file, line, link,
+                      link - entry if link > entry else None, False, self.uw.func_id(fo), entry)
+            if visible(f, False, 0, self.uw.wrapper_id):
+                created = f
+        self._creators[gopc] = created
+        return created
+
+    def _shown(self, frames: list[Frame]) -> list[Frame]:
+        key = tuple(map(id, frames))  # Frames come from the unwinder's cache: ids are stable
+        got = self._shown_cache.get(key)
+        if got is None:
+            got = self._shown_cache[key] = self._filter(frames)
+        return got
+
+    def _filter(self, frames: list[Frame]) -> list[Frame]:
+        wrapper = self.uw.wrapper_id
+        out: list[Frame] = []
+        callee = 0
+        for f in frames:
+            if visible(f, not out, callee, wrapper):
+                out.append(f)
+            callee = f.func_id
+        return out
