@@ -34,6 +34,9 @@ GLOBAL_NAMES: tuple[str, ...] = (
     "runtime.waitReasonStrings",  # [N]string
     "runtime.stwReasonStrings",  # [N]string (1.21+)
     "runtime.gStatusStrings",  # [N]string
+    "runtime.memstats",  # mstats: numgc, pause_total_ns (the GC panel)
+    "runtime.gcController",  # gcControllerState: GOGC, GOMEMLIMIT, heap marked/live/goal
+    "runtime.work",  # workType: cycles, cpuStats (GC CPU totals, 1.20+)
 )
 
 

@@ -15,6 +15,7 @@ import time
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.census import Census
+from gmpmon.capture.gcstats import GcStats
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.sampler import check_layout
@@ -45,11 +46,25 @@ class RuntimeSources:
         self.errors: list[str] = []  # one line each, for the user
         self.counters: RuntimeCounters | None = None
         self.census: Census | None = None
+        self.gc: GcStats | None = None
         off: set[RtFeature] = set()
         # Nothing is read through a global or an offset the live process has not confirmed
         # (binary/validate.py): a feature whose checks fail is off, said in one line.
-        layout = check_layout(info, pid, ("procs", "sched", "allgs", "allm"), starting=starting)
+        layout = check_layout(info, pid, ("procs", "sched", "allgs", "allm", "gc"),
+                              starting=starting)
         self.mem = TargetMemory(pid)
+        self._gc_missing: dict[RtFeature, str] = {}
+        if layout.ok("gc"):
+            try:
+                self.gc = GcStats(info, self.mem)
+                self._gc_missing = self.gc.missing
+            except (KeyError, ValueError) as e:
+                self._gc_missing[RtFeature.GC] = f"{e}"
+        else:
+            self._gc_missing[RtFeature.GC] = layout.why("gc")
+        off |= set(self._gc_missing)
+        if RtFeature.GC in self._gc_missing:  # a version's lack is only RT_MISSING
+            self.errors.append(f"GC panel off: {self._gc_missing[RtFeature.GC]}")
         if layout.ok("procs", "sched"):
             try:
                 self.counters = RuntimeCounters(info, self.mem)
@@ -115,6 +130,8 @@ class RuntimeSources:
         if self.counters is not None and (final or now >= self._next_counters):
             try:
                 self.counters.read(now, out)
+                if self.gc is not None:
+                    self.gc.read(now, out)
             except OSError:
                 self.failed_reads += 1  # the target is gone: capture's liveness check says so
             self._next_counters = now + self.counters_ns
