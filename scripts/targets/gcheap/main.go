@@ -4,8 +4,9 @@
 // It keeps a live set of -live MiB, prints "ready", then obeys one command per stdin line:
 //
 //	metrics    print "metrics {json}": the GC metrics this Go version has, read now
-//	churn S    allocate garbage for S seconds (many GC cycles; the live set stays), then
-//	           print "churned N" (N: bytes allocated); nothing allocates after it
+//	churn S    allocate garbage for S seconds (many GC cycles; the live set stays), wait
+//	           300 ms for the last cycle to end, then print "churned N" (N: bytes
+//	           allocated); nothing allocates after it
 //	quit       exit
 //
 // Between commands nothing allocates, so no cycle starts: a reader that takes its baseline
@@ -80,6 +81,9 @@ func churn(d time.Duration) int {
 		}
 	}
 	sink = nil
+	// A cycle the last allocation started is still marking in the background: let it end
+	// (mark termination takes well under this), so that "churned" means quiet.
+	time.Sleep(300 * time.Millisecond)
 	return n
 }
 
