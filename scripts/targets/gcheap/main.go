@@ -36,6 +36,8 @@ var names = []string{
 	"/cpu/classes/gc/mark/dedicated:cpu-seconds",
 	"/cpu/classes/gc/mark/idle:cpu-seconds",
 	"/cpu/classes/gc/pause:cpu-seconds",
+	"/sched/goroutines:goroutines",
+	"/sched/gomaxprocs:threads",
 }
 
 var live [][]byte
