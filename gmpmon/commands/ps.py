@@ -272,7 +272,7 @@ _DISK: LayoutCache | None = None
 
 
 def _read_group(procs: list[GoProcess]) -> list[LifetimeStats]:
-    cache = InfoCache(readers_only=True, functab=False, disk=_DISK)
+    cache = InfoCache(readers_only=True, functab=False, gc=False, disk=_DISK)
     out = []
     for proc in procs:
         st = read_lifetime(proc, cache)
