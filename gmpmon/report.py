@@ -373,16 +373,17 @@ def gc_lines(gc: GcView | None) -> list[str]:
         f"{fmt_bytes(gc.heap_in_use_bytes)}, goal {goal}",
         "  GOGC " + ("off" if gc.gogc < 0 else str(gc.gogc)) + ", GOMEMLIMIT "
         + ("none" if gc.memory_limit_bytes is None else fmt_bytes(gc.memory_limit_bytes)),
-        f"  cycles {gc.cycles} since attach ({rate}), {gc.cycles_total} in all; "
-        f"stop-the-world {fmt_ns(gc.pause_ns)}, {per} a cycle",
+        f"  cycles {gc.cycles} since attach ({rate}), {gc.cycles_total} in all",
+        f"  stop-the-world {fmt_ns(gc.pause_ns)} since attach, {per} a cycle",
     ]
     if gc.goal_note:
         out.append(f"  note: {gc.goal_note}")
     if gc.assist_cpu_ns is not None:
         out.append(
-            f"  GC CPU since attach: assist {fmt_ns(gc.assist_cpu_ns)}, dedicated "
-            f"{fmt_ns(gc.dedicated_cpu_ns or 0)}, idle {fmt_ns(gc.idle_cpu_ns or 0)}, "
-            f"pause {fmt_ns(gc.pause_cpu_ns or 0)}")
+            f"  GC mark CPU since attach: assist {fmt_ns(gc.assist_cpu_ns)}, dedicated "
+            f"{fmt_ns(gc.dedicated_cpu_ns or 0)}, idle {fmt_ns(gc.idle_cpu_ns or 0)}")
+        out.append(f"  GC pause CPU since attach: {fmt_ns(gc.pause_cpu_ns or 0)} "
+                   "(pauses x GOMAXPROCS)")
     for m in gc.missing:
         out.append(f"  not measured: {m}")
     return out
