@@ -8,6 +8,7 @@ as the runtime holds them (since the process started) and as deltas since the fi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -133,3 +134,25 @@ class GcPart(Part):
             goal_note=GOAL_NOTE_LIMIT if limit < NO_LIMIT and pct >= 0 else "",
             missing=tuple(RT_FEATURE_NAMES[f] for f in sorted(self._missing)),
         )
+
+
+def gc_delta(cur: GcView | None, base: GcView | None) -> GcView | None:
+    """``cur`` counted from ``base`` (model/delta.py: the TUI's "last 10 s" and reset):
+    cycles, pause and CPU as differences, the rate over that time; gauges stay."""
+    if cur is None or base is None:
+        return cur
+
+    def sub(a: int | None, b: int | None) -> int | None:
+        return None if a is None else max(a - (b or 0), 0)
+
+    cycles = max(cur.cycles - base.cycles, 0)
+    pause = max(cur.pause_ns - base.pause_ns, 0)
+    span = (cur.at - base.at) / 1e9
+    return dataclasses.replace(
+        cur, since=base.at, cycles=cycles, cycles_per_s=cycles / span if span > 0 else None,
+        pause_ns=pause, pause_per_cycle_ns=pause // cycles if cycles else None,
+        assist_cpu_ns=sub(cur.assist_cpu_ns, base.assist_cpu_ns),
+        dedicated_cpu_ns=sub(cur.dedicated_cpu_ns, base.dedicated_cpu_ns),
+        idle_cpu_ns=sub(cur.idle_cpu_ns, base.idle_cpu_ns),
+        pause_cpu_ns=sub(cur.pause_cpu_ns, base.pause_cpu_ns),
+    )

@@ -106,3 +106,22 @@ def test_ps_sort_puts_not_measured_last() -> None:
                     0.5)
     assert blocked.cells()[11] == "no" and blocked.to_json()["attachable"] is False
     assert blocked.cells()[12].startswith("needs root")
+
+
+def test_delta_counts_from_the_base() -> None:
+    from gmpmon.model.gcheap import gc_delta
+
+    evs = [gc_ev(1_000_000_000, GcField.CYCLES, 10), gc_ev(1_000_000_000, GcField.PAUSE_TOTAL, 0),
+           gc_ev(1_000_000_000, GcField.ASSIST_CPU, 0)]
+    part = fold(evs)
+    table = dict(part.handlers())
+    base = part.view()
+    for e in (gc_ev(3_000_000_000, GcField.CYCLES, 16), gc_ev(3_000_000_000,
+              GcField.PAUSE_TOTAL, 600), gc_ev(3_000_000_000, GcField.ASSIST_CPU, 90)):
+        table[e[1]](e)
+    cur = part.view()
+    d = gc_delta(cur, base)
+    assert d is not None and cur is not None
+    assert (d.cycles, d.cycles_per_s, d.pause_ns, d.pause_per_cycle_ns) == (6, 3.0, 600, 100)
+    assert d.assist_cpu_ns == 90 and d.idle_cpu_ns is None and d.heap_live_bytes == 0
+    assert gc_delta(cur, None) is cur
