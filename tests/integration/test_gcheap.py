@@ -36,6 +36,7 @@ from gmpmon.model.gcheap import GcPart, GcView
 from tests import gotargets
 
 GM = [sys.executable, "-m", "gmpmon"]
+A = "/cpu/classes/gc/mark/assist:cpu-seconds"
 CHURN_S = 1.5
 NS = 1e9
 
@@ -113,6 +114,12 @@ def check_against_metrics(gc: dict[str, Any], m0: dict[str, Any], m1: dict[str, 
     """gc: the summary's gc block (or the view as such a dict); m0/m1: the workload's
     metrics before and after the churn."""
     cycles = m1["/gc/cycles/total:gc-cycles"] - m0["/gc/cycles/total:gc-cycles"]
+    print(f"gcheap {version}: cycles {gc['cycles']} vs {cycles}; pause {gc['pause_ns']} vs "
+          f"{m1['MemStats.PauseTotalNs'] - m0['MemStats.PauseTotalNs']} ns; goal "
+          f"{gc['heap_goal_bytes']} vs {m1['/gc/heap/goal:bytes']}; live "
+          f"{gc['heap_live_bytes']} vs {m1.get('/gc/heap/live:bytes', 'no metric')}; assist "
+          f"{gc['mark_assist_cpu_ns']} vs " + (
+              f"{(m1[A] - m0[A]) * NS:.0f} ns" if A in m1 else "no metric"))
     assert cycles >= 3, f"the churn made too few GC cycles to compare ({cycles})"
     assert within(gc["cycles"], cycles), (gc["cycles"], cycles)
     assert gc["cycles_total"] == m1["MemStats.NumGC"]
