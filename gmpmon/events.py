@@ -123,8 +123,7 @@ RT_PTICK           Per-P tick deltas: p = P id, a0 = ``schedtick`` delta (gorout
 RT_MISSING         Once per feature this Go version or binary lacks: a0 = :class:`RtFeature`.
 RT_GC              One GC/heap value of the runtime's memory (memstats, gcController,
                    work.cpuStats), sent at the first read and when it changes: g =
-                   :class:`GcField`, a1 = its value now (GOGC as an int32 in the low 32 bits;
-                   a heap goal of 2^64-1 = none: GOGC=off).
+                   :class:`GcField`, a1 = its value now (GOGC as an int32 in the low 32 bits).
 CENSUS_BEGIN       A walk of ``allgs`` starts: a0 = census number, a1 = ``allglen``.
 CENSUS_STATE       a0 = G status (``Header.g_status`` index, _Gscan stripped) | (wait reason
                    << 16) | (1 << 32 for system goroutines), a1 = goroutines counted.
@@ -352,6 +351,7 @@ class GcField(IntEnum):
     DEDICATED_CPU = 9  # gcDedicatedTime (+fractional): /cpu/classes/gc/mark/dedicated
     IDLE_CPU = 10  # gcIdleTime: /cpu/classes/gc/mark/idle:cpu-seconds
     PAUSE_CPU = 11  # gcPauseTime: /cpu/classes/gc/pause:cpu-seconds
+    GOAL_TORN = 12  # 1: memoryLimitHeapGoal's inputs read torn, HEAP_GOAL is GOGC's alone
 
 
 RT_FEATURE_NAMES: dict[int, str] = {

@@ -83,6 +83,11 @@ WANTED: dict[str, tuple[str, ...]] = {
         "gcPercentHeapGoal",
         "sweepDistMinTrigger",
         "triggered",
+        # memoryLimitHeapGoal's inputs (the goal under GOMEMLIMIT)
+        "heapFree",
+        "totalAlloc",
+        "totalFree",
+        "mappedReady",
     ),
     # work.cpuStats (1.20+; its fields are capitalised from 1.25): cumulative GC CPU ns.
     # work.cycles: GC cycles started (the live check: numgc <= cycles <= numgc + 1).

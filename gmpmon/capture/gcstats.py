@@ -9,9 +9,10 @@ What runtime/metrics reports for the GC is read from the same fields (metrics.go
 - ``/gc/heap/live:bytes`` (1.21+) is ``gcController.heapMarked``, the heap marked live by the
   last cycle; ``gcController.heapLive`` is what the pacer counts as in use now;
 - ``/gc/heap/goal:bytes`` is ``gcController.heapGoal()``, computed here as
-  ``mgcpacer.go:heapGoalInternal`` does on its GOGC side: ``gcPercentHeapGoal``, raised to
-  ``sweepDistMinTrigger``, and to ``triggered`` + 64 KiB. With GOMEMLIMIT set the runtime may
-  aim lower (``memoryLimitHeapGoal``), which is not computed here: the view says so;
+  ``mgcpacer.go:heapGoalInternal`` does: the memory limit's goal (``memoryLimitHeapGoal``,
+  from ``mappedReady``, ``heapFree`` and ``totalAlloc - totalFree``) when it is lower than
+  GOGC's, else GOGC's (``gcPercentHeapGoal``) raised to ``sweepDistMinTrigger`` and to
+  ``triggered`` + 64 KiB;
 - ``/cpu/classes/gc/{mark/assist,mark/dedicated,mark/idle,pause}:cpu-seconds`` are
   ``work.cpuStats`` (1.20+; its fields are capitalised from 1.25). The runtime adds a cycle's
   mark time there at mark termination, so these move once a cycle, as the metrics do.
@@ -35,6 +36,8 @@ from gmpmon.events import NO_P, EventTuple, GcField, Kind, RtFeature
 NO_GOAL = (1 << 64) - 1
 MAX_INT64 = (1 << 63) - 1
 MIN_RUNWAY = 64 << 10  # mgcpacer.go:heapGoalInternal's minRunway
+MIN_HEADROOM = 1 << 20  # memoryLimitMinHeapGoalHeadroom (1.19: memoryLimitHeapGoalHeadroom)
+HEADROOM_PERCENT = 3  # memoryLimitHeapGoalHeadroomPercent (1.21+)
 
 _CPU = (
     (GcField.ASSIST_CPU, "gcAssistTime"),
@@ -43,11 +46,33 @@ _CPU = (
     (GcField.PAUSE_CPU, "gcPauseTime"),
 )
 _CTRL = ("gcPercent", "memoryLimit", "heapMarked", "heapLive", "gcPercentHeapGoal",
-         "sweepDistMinTrigger", "triggered")
+         "sweepDistMinTrigger", "triggered", "heapFree", "totalAlloc", "totalFree",
+         "mappedReady")
 
 
-def heap_goal(pct_goal: int, sweep_trigger: int, triggered: int) -> int:
-    """mgcpacer.go:heapGoalInternal on its GOGC side (1.19-1.27 alike)."""
+def memory_limit_goal(limit: int, heap_free: int, heap_alloc: int, mapped_ready: int,
+                      heap_marked: int, minor: int) -> int | None:
+    """mgcpacer.go:memoryLimitHeapGoal (1.19: a fixed 1 MiB headroom; 1.21-1.27: 3% of the
+    goal, at least 1 MiB). None for a torn read (the runtime retries until
+    heapFree + heapAlloc <= mappedReady)."""
+    if heap_alloc < 0 or heap_free + heap_alloc > mapped_ready:
+        return None
+    non_heap = mapped_ready - heap_free - heap_alloc
+    overage = max(mapped_ready - limit, 0)
+    if non_heap + overage >= limit:
+        return heap_marked
+    goal = limit - (non_heap + overage)
+    headroom = MIN_HEADROOM if minor < 21 else max(goal // 100 * HEADROOM_PERCENT, MIN_HEADROOM)
+    goal = headroom if goal < headroom or goal - headroom < headroom else goal - headroom
+    return max(goal, heap_marked)
+
+
+def heap_goal(pct_goal: int, sweep_trigger: int, triggered: int,
+              limit_goal: int | None = None) -> int:
+    """mgcpacer.go:heapGoalInternal (1.19-1.27 alike): the memory limit's goal when lower,
+    else GOGC's with its adjustments."""
+    if limit_goal is not None and limit_goal < pct_goal:
+        return limit_goal
     goal = pct_goal
     if sweep_trigger > goal:
         goal = sweep_trigger
@@ -61,6 +86,7 @@ class GcStats:
 
     def __init__(self, info: BinaryInfo, mem: TargetMemory) -> None:
         self.mem = mem
+        self.minor = info.go_minor
         o = info.offsets
         self.missing: dict[RtFeature, str] = {}
         addrs = []
@@ -100,15 +126,27 @@ class GcStats:
             return v
 
         pct = struct.unpack_from("<i", cb, c["gcPercent"])[0]
+        limit = u64("memoryLimit") & MAX_INT64
+        marked = u64("heapMarked")
+        limit_goal = memory_limit_goal(limit, u64("heapFree"),
+                                       u64("totalAlloc") - u64("totalFree"),
+                                       u64("mappedReady"), marked, self.minor)
+        if limit_goal is None:  # torn: once more, as the runtime loops
+            cb = mem.read(self.ctrl + self.c_lo, self.c_size)
+            limit_goal = memory_limit_goal(limit, u64("heapFree"),
+                                           u64("totalAlloc") - u64("totalFree"),
+                                           u64("mappedReady"), marked, self.minor)
         vals = {
             GcField.CYCLES: struct.unpack_from("<I", ms, self.numgc - ms_lo)[0],
             GcField.PAUSE_TOTAL: struct.unpack_from("<Q", ms, self.pause - ms_lo)[0],
-            GcField.HEAP_MARKED: u64("heapMarked"),
+            GcField.HEAP_MARKED: marked,
             GcField.HEAP_LIVE: u64("heapLive"),
             GcField.GOGC: pct & 0xFFFFFFFF,
-            GcField.MEMORY_LIMIT: u64("memoryLimit") & MAX_INT64,
+            GcField.MEMORY_LIMIT: limit,
+            # GOGC=off: gcPercentHeapGoal is ^0, so the limit's goal (if any) decides
             GcField.HEAP_GOAL: heap_goal(u64("gcPercentHeapGoal"), u64("sweepDistMinTrigger"),
-                                         u64("triggered")) if pct >= 0 else NO_GOAL,
+                                         u64("triggered"), limit_goal),
+            GcField.GOAL_TORN: int(limit_goal is None),
         }
         if self.cpu:
             w = mem.read(self.work + self.cpu_lo, self.cpu_size)

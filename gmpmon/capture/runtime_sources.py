@@ -23,6 +23,9 @@ from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.events import NO_P, EventTuple, Kind, RtFeature
 from gmpmon.priority import name_thread
 
+# What the runtime counters read (off with them); the census and the GC panel have their own.
+_COUNTER_FEATURES = set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT,
+                                      RtFeature.CENSUS_SITES, RtFeature.GC, RtFeature.GC_CPU}
 COUNTERS_S = 0.1  # 10 Hz: a read is ~130 µs on a loaded machine, and its deltas feed the model
 CENSUS_S = 1.0
 CENSUS_DUTY = 0.02
@@ -70,14 +73,12 @@ class RuntimeSources:
                 self.counters = RuntimeCounters(info, self.mem)
             except (KeyError, ValueError) as e:
                 self.errors.append(f"runtime counters off: {e}")
-                off |= set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT,
-                                         RtFeature.CENSUS_SITES}
+                off |= _COUNTER_FEATURES
             if self.counters is not None and not layout.ok("allm"):
                 self.counters.allm = None  # no pending per-M lock waits: a bit short
         else:
             self.errors.append(f"runtime counters off: {layout.why('procs', 'sched')}")
-            off |= set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT,
-                                     RtFeature.CENSUS_SITES}
+            off |= _COUNTER_FEATURES
         if census_s > 0 and layout.ok("allgs"):
             try:
                 self.census = Census(info, self.mem, sites=sites)
@@ -127,9 +128,11 @@ class RuntimeSources:
         if self._off:
             out.extend((now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 0) for f in self._off)
             self._off = []
-        if self.counters is not None and (final or now >= self._next_counters):
+        if (self.counters is not None or self.gc is not None) and (
+                final or now >= self._next_counters):
             try:
-                self.counters.read(now, out)
+                if self.counters is not None:
+                    self.counters.read(now, out)
                 if self.gc is not None:
                     self.gc.read(now, out)
             except OSError:

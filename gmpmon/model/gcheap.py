@@ -18,7 +18,8 @@ from gmpmon.model.part import Context, Part
 SOURCE_GC = "runtime memory"
 NO_GOAL = (1 << 64) - 1
 NO_LIMIT = (1 << 63) - 1  # math.MaxInt64: GOMEMLIMIT unset
-GOAL_NOTE_LIMIT = "GOMEMLIMIT is set: the runtime may aim lower (memory-limit goal not computed)"
+GOAL_NOTE_LIMIT = ("GOMEMLIMIT is set and its goal's inputs read torn: the runtime may aim "
+                   "lower than this GOGC goal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ class GcView:
     cycles_per_s: float | None  # since attach (None before a second read)
     heap_live_bytes: int  # gcController.heapMarked: /gc/heap/live:bytes
     heap_in_use_bytes: int  # gcController.heapLive: in use now, as the pacer counts
-    heap_goal_bytes: int | None  # /gc/heap/goal:bytes; None with GOGC=off
+    heap_goal_bytes: int | None  # /gc/heap/goal:bytes; None with GOGC=off and no limit
     gogc: int  # /gc/gogc:percent; -1 = off
     memory_limit_bytes: int | None  # /gc/gomemlimit:bytes; None = no limit (MaxInt64)
     pause_total_ns: int  # memstats.pause_total_ns (stop-the-world wall time), lifetime
@@ -120,7 +121,9 @@ class GcPart(Part):
             cycles_per_s=cycles / span if span > 0 else None,
             heap_live_bytes=now.get(GcField.HEAP_MARKED, 0),
             heap_in_use_bytes=now.get(GcField.HEAP_LIVE, 0),
-            heap_goal_bytes=None if goal == NO_GOAL else goal,
+            # GOGC=off and no limit: the runtime's goal is ~MaxInt64, i.e. none
+            heap_goal_bytes=None if goal == NO_GOAL or (pct < 0 and limit >= NO_LIMIT)
+            else goal,
             gogc=pct,
             memory_limit_bytes=None if limit >= NO_LIMIT else limit,
             pause_total_ns=now.get(GcField.PAUSE_TOTAL, 0),
@@ -131,7 +134,8 @@ class GcPart(Part):
             idle_cpu_ns=self._delta(GcField.IDLE_CPU),
             pause_cpu_ns=self._delta(GcField.PAUSE_CPU),
             cpu_total_ns={n: now[k] for k, n in _CPU_NAMES if k in now} if has_cpu else None,
-            goal_note=GOAL_NOTE_LIMIT if limit < NO_LIMIT and pct >= 0 else "",
+            goal_note=GOAL_NOTE_LIMIT if limit < NO_LIMIT and now.get(GcField.GOAL_TORN)
+            else "",
             missing=tuple(RT_FEATURE_NAMES[f] for f in sorted(self._missing)),
         )
 

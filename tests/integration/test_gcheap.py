@@ -71,9 +71,11 @@ def start(exe: Path, version: str, env: dict[str, str] | None = None) -> Target:
     return Target(proc, version)
 
 
-# Default settings, and GOGC/GOMEMLIMIT set (the limit far above the heap: the goal stays
-# GOGC's, which gmpmon computes; the view says a limit is set).
-SETTINGS = {"default": {}, "gogc75": {"GOGC": "75", "GOMEMLIMIT": "4GiB"}}
+# Default settings; GOGC/GOMEMLIMIT set with the limit far above the heap (the goal stays
+# GOGC's); and a limit just above the live heap, where the memory limit's goal is the lower.
+SETTINGS = {"default": {}, "gogc75": {"GOGC": "75", "GOMEMLIMIT": "4GiB"},
+            "memlimit": {"GOMEMLIMIT": "40MiB"}}
+LIMITS = {"4GiB": 4 << 30, "40MiB": 40 << 20}
 
 
 @pytest.fixture(params=[(*vm, s) for vm in gotargets.matrix() for s in SETTINGS
@@ -122,14 +124,24 @@ def check_against_metrics(gc: dict[str, Any], m0: dict[str, Any], m1: dict[str, 
               f"{(m1[A] - m0[A]) * NS:.0f} ns" if A in m1 else "no metric"))
     assert cycles >= 3, f"the churn made too few GC cycles to compare ({cycles})"
     assert within(gc["cycles"], cycles), (gc["cycles"], cycles)
-    assert gc["cycles_total"] == m1["MemStats.NumGC"]
     pause = m1["MemStats.PauseTotalNs"] - m0["MemStats.PauseTotalNs"]
     assert within(gc["pause_ns"], pause), (gc["pause_ns"], pause)
-    assert gc["heap_goal_bytes"] == m1["/gc/heap/goal:bytes"] == m1["MemStats.NextGC"]
+    goal = m1["/gc/heap/goal:bytes"]
+    if env.get("GOMEMLIMIT") == "40MiB":
+        # Under a tight limit the goal follows mappedReady and heapFree, which the metrics
+        # read itself moves (it allocates; the scavenger works): within 2%, and a cycle
+        # may even start between gmpmon's read and the metrics' (even metrics.Read and
+        # ReadMemStats, one after the other, give goals ~0.2% apart).
+        assert within(gc["heap_goal_bytes"], goal), (gc["heap_goal_bytes"], goal)
+        assert gc["heap_goal_bytes"] < 40 << 20  # the limit's goal, not GOGC's
+        assert abs(gc["cycles_total"] - m1["MemStats.NumGC"]) <= 1
+    else:
+        assert gc["heap_goal_bytes"] == goal == m1["MemStats.NextGC"]
+        assert gc["cycles_total"] == m1["MemStats.NumGC"]
     assert gc["gogc"] == int(env.get("GOGC", "100"))
     limit = env.get("GOMEMLIMIT")
-    assert gc["memory_limit_bytes"] == (4 << 30 if limit == "4GiB" else None)
-    assert bool(gc["heap_goal_note"]) == (limit is not None)
+    assert gc["memory_limit_bytes"] == (LIMITS[limit] if limit else None)
+    assert gc["heap_goal_note"] == ""
     if minor(version) >= 21:
         assert gc["heap_live_bytes"] == m1["/gc/heap/live:bytes"]
         assert m1["/gc/gogc:percent"] == gc["gogc"]

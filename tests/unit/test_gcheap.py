@@ -7,7 +7,7 @@ import dataclasses
 
 from rich.console import Console
 
-from gmpmon.capture.gcstats import NO_GOAL, heap_goal
+from gmpmon.capture.gcstats import NO_GOAL, heap_goal, memory_limit_goal
 from gmpmon.commands.ps import PsRow, sort_rows
 from gmpmon.events import NO_P, EventTuple, GcField, Kind, RtFeature
 from gmpmon.export.json import gc_summary
@@ -37,6 +37,19 @@ def test_heap_goal_follows_heap_goal_internal() -> None:
     assert heap_goal(100, 0, NO_GOAL) == 100  # GOGC's goal
     assert heap_goal(100, 150, NO_GOAL) == 150  # the sweep distance raises it
     assert heap_goal(100, 0, 90) == 90 + (64 << 10)  # at least 64 KiB past the trigger
+    assert heap_goal(100, 150, NO_GOAL, limit_goal=80) == 80  # a lower memory-limit goal
+    assert heap_goal(100, 150, NO_GOAL, limit_goal=120) == 150
+
+
+def test_memory_limit_goal_follows_memory_limit_heap_goal() -> None:
+    mib = 1 << 20
+    # 100 MiB limit, 10 MiB not heap (mapped - free - alloc), 3% headroom on 1.21+
+    assert memory_limit_goal(100 * mib, 5 * mib, 20 * mib, 35 * mib, 8 * mib, 27) == (
+        90 * mib - 90 * mib // 100 * 3)
+    assert memory_limit_goal(100 * mib, 5 * mib, 20 * mib, 35 * mib, 8 * mib, 19) == 89 * mib
+    # over the limit: the overage comes off too; at or past it: heapMarked
+    assert memory_limit_goal(30 * mib, 0, 20 * mib, 40 * mib, 8 * mib, 27) == 8 * mib
+    assert memory_limit_goal(100 * mib, 50 * mib, 60 * mib, 100 * mib, 8 * mib, 27) is None
 
 
 def test_view_deltas_gauges_and_not_measured() -> None:
@@ -66,7 +79,7 @@ def test_gogc_off_and_a_memory_limit() -> None:
              ).view()
     assert v is not None
     assert v.gogc == -1 and v.heap_goal_bytes is None and v.memory_limit_bytes == 1 << 30
-    assert v.goal_note == ""  # GOGC off: no GOGC goal to doubt
+    assert v.goal_note == ""  # the limit's goal was read whole
     assert v.cycles_per_s is None  # one read: no rate
     assert "goal off (GOGC=off)" in "\n".join(gc_lines(v))
 
