@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"gmpmon: not using the layout cache: {disk.off_reason}", file=sys.stderr)
     stats = read_all(procs, disk)
     cpu: dict[int, float | None] = {}
+    dt: float | None = None
     if args.interval > 0:
         # The interval overlaps the memory reads: ps waits only for what is left of it.
         time.sleep(max(args.interval - (time.monotonic() - t0), 0))
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                for st in stats}
     host = host_attach_block()
     rows = [PsRow(st, cpu.get(st.proc.pid), rss_bytes(st.proc.pid), host,
-                  args.interval if args.interval > 0 else None) for st in stats]
+                  None if dt is None else round(dt, 3)) for st in stats]
     rows = sort_rows(rows, args.sort)
     if args.json:
         # One object a line: json's C encoder (indent= would take its Python one, ~1 ms a row)
@@ -156,7 +157,7 @@ class PsRow:
     cpu_pct: float | None
     rss: int | None
     host_block: str | None  # why this host cannot attach anything (None: it can)
-    interval_s: float | None
+    interval_s: float | None  # the interval CPU% was measured over (>= --interval)
 
     @property
     def attach_why(self) -> str:

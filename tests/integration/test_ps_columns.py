@@ -111,7 +111,7 @@ def test_ps_sort_cpu_fills_every_column(tmp_path: Path) -> None:
                   "sched_latency_p99_ns", "go_version"):
             assert r[k] is not None, (pid, k, r)
         assert r["attachable"] is True and r["attach_note"] == "", r
-        assert r["cpu_interval_s"] == 0.5
+        assert 0.5 <= r["cpu_interval_s"] < t1 - t0
         lo, hi = min(rss_seen[pid]), max(rss_seen[pid])
         assert 0.98 * lo <= r["rss_bytes"] <= 1.02 * hi, (r["rss_bytes"], lo, hi)
     # CPU%: the workload's own ticks around the whole ps bound what ps measured inside it.
@@ -119,9 +119,11 @@ def test_ps_sort_cpu_fills_every_column(tmp_path: Path) -> None:
     got = by_pid[w.pid]["cpu_percent"]
     print(f"ps: gcheap CPU {got:.1f}% (around ps: {around:.1f}%), prometheus "
           f"{by_pid[prom.pid]['cpu_percent']:.1f}%")
-    # On a shared 2-CPU machine the churn gets what it gets: only its being busy is sure.
-    assert around > 2 and got > 0
-    assert abs(got - around) <= max(0.35 * around, 10), (got, around)
+    # ps's interval lies inside the window around it, so its ticks are at most the window's
+    # (+1 for the tick boundary); on a shared 2-CPU machine the churn's share moves within
+    # the window, so that and its being busy are what is sure.
+    ps_ticks = got / 100 * by_pid[w.pid]["cpu_interval_s"] * CLK_TCK
+    assert 1 <= round(ps_ticks) <= (c1 - c0) + 1, (ps_ticks, c1 - c0)
     # Goroutines and GOMAXPROCS against the programs' own view.
     assert by_pid[w.pid]["goroutines"] == m["/sched/goroutines:goroutines"]
     assert by_pid[w.pid]["gomaxprocs"] == m["/sched/gomaxprocs:threads"]
