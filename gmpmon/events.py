@@ -123,6 +123,9 @@ RT_PTICK           Per-P tick deltas: p = P id, a0 = ``schedtick`` delta (gorout
 RT_MISSING         Once per feature this Go version or binary lacks: a0 = :class:`RtFeature`;
                    a1 = 1 when its reader stopped mid-run instead (the target's memory held
                    an implausible pointer or count, capture/targetmem.py), else 0.
+RT_GC              One GC/heap value of the runtime's memory (memstats, gcController,
+                   work.cpuStats), sent at the first read and when it changes: g =
+                   :class:`GcField`, a1 = its value now (GOGC as an int32 in the low 32 bits).
 CENSUS_BEGIN       A walk of ``allgs`` starts: a0 = census number, a1 = ``allglen``.
 CENSUS_STATE       a0 = G status (``Header.g_status`` index, _Gscan stripped) | (wait reason
                    << 16) | (1 << 32 for system goroutines), a1 = goroutines counted.
@@ -224,6 +227,7 @@ class Kind(IntEnum):
     RT_TOTAL = 42
     RT_PTICK = 43
     RT_MISSING = 44
+    RT_GC = 47
     CENSUS_BEGIN = 50
     CENSUS_STATE = 51
     CENSUS_WAIT = 52
@@ -343,6 +347,25 @@ class RtFeature(IntEnum):
     CENSUS_SITES = 10  # g.gopc/startpc
     P_SAMPLES = 11  # the sampler's P states (allp, p.m, m.curg)
     CENSUS_STACKS = 12  # wait stacks: g.sched and a stack unwinder for the binary
+    GC = 14  # memstats, gcController, work (the GC and heap panel)
+    GC_CPU = 15  # work.cpuStats (Go 1.20+): GC mark assist/dedicated/idle and pause CPU
+
+
+class GcField(IntEnum):
+    """The values of an RT_GC event (g), each the runtime's own, read from its memory."""
+
+    CYCLES = 1  # memstats.numgc: /gc/cycles/total:gc-cycles
+    PAUSE_TOTAL = 2  # memstats.pause_total_ns: MemStats.PauseTotalNs (STW wall time)
+    HEAP_MARKED = 3  # gcController.heapMarked: /gc/heap/live:bytes (1.21+ metric)
+    HEAP_LIVE = 4  # gcController.heapLive: heap bytes in use now, as the pacer counts them
+    HEAP_GOAL = 5  # heapGoal() as mgcpacer.go computes it from GOGC: /gc/heap/goal:bytes
+    GOGC = 6  # gcController.gcPercent: /gc/gogc:percent (-1: off)
+    MEMORY_LIMIT = 7  # gcController.memoryLimit: /gc/gomemlimit:bytes
+    ASSIST_CPU = 8  # work.cpuStats.gcAssistTime: /cpu/classes/gc/mark/assist:cpu-seconds
+    DEDICATED_CPU = 9  # gcDedicatedTime (+fractional): /cpu/classes/gc/mark/dedicated
+    IDLE_CPU = 10  # gcIdleTime: /cpu/classes/gc/mark/idle:cpu-seconds
+    PAUSE_CPU = 11  # gcPauseTime: /cpu/classes/gc/pause:cpu-seconds
+    GOAL_TORN = 12  # 1: memoryLimitHeapGoal's inputs read torn, HEAP_GOAL is GOGC's alone
 
 
 RT_FEATURE_NAMES: dict[int, str] = {
@@ -358,6 +381,8 @@ RT_FEATURE_NAMES: dict[int, str] = {
     RtFeature.CENSUS_SITES: "census creation sites (g.gopc/startpc)",
     RtFeature.P_SAMPLES: "P states sampled from memory (allp)",
     RtFeature.CENSUS_STACKS: "census wait stacks (g.sched, stack unwinder)",
+    RtFeature.GC: "GC and heap (memstats, gcController, work)",
+    RtFeature.GC_CPU: "GC CPU time (work.cpuStats, Go 1.20+)",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.findings.render import text_lines as findings_text
 from gmpmon.fmt import fmt_ns
+from gmpmon.model.gcheap import GcView
 from gmpmon.model.hist import pow2_counts, upper_edge
 from gmpmon.model.kernel import long_run_ns
 from gmpmon.model.kernelview import KernelView
@@ -195,6 +196,7 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         add("Other blocking waits: " + ", ".join(
             f"{k} {c}x {fmt_ns(w)}" for k, c, w in sorted(others, key=lambda r: -r[2])))
     lines.extend(runtime_lines(snap.runtime, top=top))
+    lines.extend(gc_lines(snap.gc))
     if snap.kernel is not None:
         lines += kernel_text(snap.kernel, top=top)
     add("")
@@ -369,6 +371,45 @@ def wait_stack_lines(c: CensusView, *, top: int = 3, frames: int = 6) -> list[st
             out.append(f"             ... {len(lf) - frames} more")
         if w.creator:
             out.append(f"           created by {w.creator} (go {w.start})"[:80])
+    return out
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "not measured"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def gc_lines(gc: GcView | None) -> list[str]:
+    """Text-report section: the GC and heap from the runtime's memory (empty if not read)."""
+    if gc is None:
+        return []
+    goal = "off (GOGC=off)" if gc.heap_goal_bytes is None else fmt_bytes(gc.heap_goal_bytes)
+    rate = f"{gc.cycles_per_s:.2f}/s" if gc.cycles_per_s is not None else "rate not measured"
+    per = fmt_ns(gc.pause_per_cycle_ns) if gc.pause_per_cycle_ns is not None else "-"
+    out = [
+        "",
+        f"GC and heap (source: {gc.source}):",
+        f"  heap live {fmt_bytes(gc.heap_live_bytes)} (marked), in use "
+        f"{fmt_bytes(gc.heap_in_use_bytes)}, goal {goal}",
+        "  GOGC " + ("off" if gc.gogc < 0 else str(gc.gogc)) + ", GOMEMLIMIT "
+        + ("none" if gc.memory_limit_bytes is None else fmt_bytes(gc.memory_limit_bytes)),
+        f"  cycles {gc.cycles} since attach ({rate}), {gc.cycles_total} in all",
+        f"  stop-the-world {fmt_ns(gc.pause_ns)} since attach, {per} a cycle",
+    ]
+    if gc.goal_note:
+        out.append(f"  note: {gc.goal_note}")
+    if gc.assist_cpu_ns is not None:
+        out.append(
+            f"  GC mark CPU since attach: assist {fmt_ns(gc.assist_cpu_ns)}, dedicated "
+            f"{fmt_ns(gc.dedicated_cpu_ns or 0)}, idle {fmt_ns(gc.idle_cpu_ns or 0)}")
+        out.append(f"  GC pause CPU since attach: {fmt_ns(gc.pause_cpu_ns or 0)} "
+                   "(pauses x GOMAXPROCS)")
+    for m in gc.missing:
+        out.append(f"  not measured: {m}")
     return out
 
 

@@ -80,7 +80,35 @@ WANTED: dict[str, tuple[str, ...]] = {
         "stwTotalTimeGC",
         "stwTotalTimeOther",
     ),
+    # The GC and heap panel (gmpmon/capture/gcstats.py): what runtime/metrics reads for
+    # /gc/cycles/total, /gc/heap/live, /gc/heap/goal, /gc/gogc, /gc/gomemlimit and the
+    # /cpu/classes/gc/* totals (metrics.go at each tag).
+    "runtime.mstats": ("numgc", "pause_total_ns"),
+    "runtime.gcControllerState": (
+        "gcPercent",
+        "memoryLimit",
+        "heapMarked",
+        "heapLive",
+        "gcPercentHeapGoal",
+        "sweepDistMinTrigger",
+        "triggered",
+        # memoryLimitHeapGoal's inputs (the goal under GOMEMLIMIT)
+        "heapFree",
+        "totalAlloc",
+        "totalFree",
+        "mappedReady",
+    ),
+    # work.cpuStats (1.20+; its fields are capitalised from 1.25): cumulative GC CPU ns.
+    # work.cycles: GC cycles started (the live check: numgc <= cycles <= numgc + 1).
+    "runtime.workType": (
+        "cycles",
+        *(f"cpuStats.{p}{f}" for f in ("AssistTime", "DedicatedTime", "IdleTime", "PauseTime")
+          for p in ("gc", "GC")),
+    ),
 }
+
+# Structs whose absence is not an error (the readers say what is missing).
+OPTIONAL_STRUCTS = frozenset({"runtime.mstats", "runtime.gcControllerState", "runtime.workType"})
 
 # Fields that do not exist in every supported version; absence is not an error.
 OPTIONAL_FIELDS = frozenset(
@@ -95,7 +123,17 @@ OPTIONAL_FIELDS = frozenset(
     | {"runtime.m.alllink", "runtime.m.mLockProfile.waitTime"}
     | {"runtime.g.waitsince", "runtime.g.gopc", "runtime.g.startpc"}
     | {f"runtime.g.{f}" for f in ("stack.lo", "stack.hi", "syscallsp", "syscallpc", "lockedm")}
+    | {f"{s}.{f}" for s in OPTIONAL_STRUCTS for f in WANTED[s]}
 )
+
+# work.cpuStats' fields were renamed gcAssistTime -> GCAssistTime (1.25): published under
+# the lower-case key.
+def _fold_cpu_stats(out: dict[str, int]) -> None:
+    for f in ("AssistTime", "DedicatedTime", "IdleTime", "PauseTime"):
+        upper = out.pop(f"runtime.workType.cpuStats.GC{f}", None)
+        if upper is not None:
+            out.setdefault(f"runtime.workType.cpuStats.gc{f}", upper)
+
 
 # The global run queue length moved from schedt.runqsize (<=1.24) into schedt.runq.size
 # (1.25+); both are published under this stable key.
@@ -297,6 +335,8 @@ def read_offsets(data: bytes, path: str) -> dict[str, int] | None:
         out: dict[str, int] = {}
         for sname, fields in WANTED.items():
             die = structs.get(sname)
+            if die is None and sname in OPTIONAL_STRUCTS:
+                continue
             if die is None:
                 raise BinaryFormatError(f"{path}: DWARF has no type {sname}")
             for f in fields:
@@ -311,6 +351,7 @@ def read_offsets(data: bytes, path: str) -> dict[str, int] | None:
         raise
     except Exception as e:  # pyelftools raises anything on damaged DWARF
         raise BinaryFormatError(f"{path}: damaged DWARF ({type(e).__name__}: {e})") from e
+    _fold_cpu_stats(out)
     nested = out.pop("runtime.schedt.runq.size", None)
     if RUNQSIZE_KEY not in out:
         if nested is None:

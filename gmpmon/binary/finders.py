@@ -439,6 +439,56 @@ def _sched(ctx: Context) -> Hit | None:
     return found[0]
 
 
+def _lea_before_call(d: Decoded, ctx: Context, callee: str) -> list[int]:
+    """The address lea'd last before each call of ``callee`` (a method's receiver in RAX)."""
+    out = []
+    for off, target in d.calls:
+        if ctx.name_at(target) == callee:
+            leas = [r for r in d.refs if r.kind == "lea" and r.off < off]
+            if leas:
+                out.append(max(leas, key=lambda r: r.off).target)
+    return out
+
+
+def _gc_controller(ctx: Context) -> Hit | None:
+    d = ctx.function("runtime.gcControllerCommit")
+    if d is None:
+        return None
+    got = [a for m in ("commit", "revise")
+           for a in _lea_before_call(d, ctx, f"runtime.(*gcControllerState).{m}")]
+    h = _one(got)
+    return None if h is None or len(got) < 2 else Hit(h, d.name, d.first_ref(h))
+
+
+def _memstats(ctx: Context) -> Hit | None:
+    off = ctx.offsets.get("runtime.mstats.numgc")
+    d = ctx.function("runtime.gcMarkTermination")
+    if off is None or d is None:
+        return None
+    # memstats.numgc++, and numgc % len(pause_ns) (256) read as its low byte
+    incs = {r.target for r in d.refs if r.kind == "other" and r.size == 4}
+    bytes_read = {r.target for r in d.refs if r.kind == "load" and r.size == 1}
+    h = _one(sorted(incs & bytes_read))
+    return None if h is None else Hit(h - off, d.name, d.first_ref(h))
+
+
+def _work(ctx: Context) -> Hit | None:
+    off = ctx.offsets.get("runtime.workType.cycles")
+    d = ctx.function("runtime.gcStart")
+    if off is None or d is None:
+        return None
+    # work.cycles.Add(1) (1.21+: lock xadd of 1 through a lea) or work.cycles++ (1.19: inc)
+    hits = [r for r in d.refs if r.kind == "xadd" and r.size == 4 and r.value == ("imm", 1)]
+    if not hits:  # 1.19: the last dword inc before `call (*gcControllerState).startCycle`
+        calls = [o for o, t in d.calls
+                 if ctx.name_at(t) == "runtime.(*gcControllerState).startCycle"]
+        incs = [r for r in d.refs if r.kind == "other" and r.size == 4
+                and calls and r.off < calls[0]]
+        hits = [max(incs, key=lambda r: r.off)] if len(calls) == 1 and incs else []
+    h = _one([r.target for r in hits])
+    return None if h is None else Hit(h - off, d.name, hits[0].off)
+
+
 FINDERS: tuple[Finder, ...] = (
     Finder(
         "runtime.allp",
@@ -487,5 +537,27 @@ FINDERS: tuple[Finder, ...] = (
         "sched.npidle; sched = it - offset(schedt.npidle); both must agree",
         True,
         _sched,
+    ),
+    Finder(
+        "runtime.gcController",
+        "gcControllerCommit: the address lea'd into the receiver before both "
+        "`call (*gcControllerState).commit` and `.revise`",
+        False,
+        _gc_controller,
+    ),
+    Finder(
+        "runtime.memstats",
+        "gcMarkTermination: the dword it increments (numgc++) and reads as a byte "
+        "(numgc % 256); memstats = it - offset(mstats.numgc)",
+        False,
+        _memstats,
+    ),
+    Finder(
+        "runtime.work",
+        "gcStart: the dword target of `lock xadd` of 1 through a lea (work.cycles.Add(1), "
+        "1.21+) or of the last `inc` before `call startCycle` (1.19); "
+        "work = it - offset(workType.cycles)",
+        True,
+        _work,
     ),
 )

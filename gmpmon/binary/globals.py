@@ -34,7 +34,16 @@ GLOBAL_NAMES: tuple[str, ...] = (
     "runtime.waitReasonStrings",  # [N]string
     "runtime.stwReasonStrings",  # [N]string (1.21+)
     "runtime.gStatusStrings",  # [N]string
+    "runtime.memstats",  # mstats: numgc, pause_total_ns (the GC panel)
+    "runtime.gcController",  # gcControllerState: GOGC, GOMEMLIMIT, heap marked/live/goal
+    "runtime.work",  # workType: cycles, cpuStats (GC CPU totals, 1.20+)
 )
+
+
+# Read by the GC panel only (capture/gcstats.py): `gmpmon ps` shows no GC, and their finders
+# decode the runtime's largest GC functions, so a load for ps skips them (load_elf).
+GC_GLOBALS: frozenset[str] = frozenset({"runtime.memstats", "runtime.gcController",
+                                        "runtime.work"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +89,10 @@ def from_code(
     resolve: Callable[[str], tuple[int, int] | None],
     name_at: Callable[[int], str | None],
     offsets: dict[str, int],
+    skip: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, Found], dict[str, str]]:
-    """Globals found by the disassembly finders, and why each other one was not."""
+    """Globals found by the disassembly finders (but those in ``skip``), and why each other
+    one was not."""
     from gmpmon.binary import finders  # capstone: imported only for a stripped binary
 
     ranges = pclntab.moduledata_ranges(elf)
@@ -99,6 +110,9 @@ def from_code(
     found: dict[str, Found] = {}
     why: dict[str, str] = {}
     for f in finders.FINDERS:
+        if f.name in skip:
+            why[f.name] = "not looked for (gmpmon ps)"
+            continue
         hit = f.find(ctx)
         if hit is None:
             why[f.name] = f"rule did not match: {f.rule}"
@@ -117,14 +131,15 @@ def find_globals(
     resolve: Callable[[str], tuple[int, int] | None],
     name_at: Callable[[int], str | None],
     offsets: dict[str, int],
+    skip: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, Found], dict[str, str]]:
-    """.symtab where it has the global, else the disassembly finders. Returns (found, why
-    each wanted global without a finder or symbol is absent)."""
+    """.symtab where it has the global, else the disassembly finders (none for ``skip``).
+    Returns (found, why each wanted global without a finder or symbol is absent)."""
     found = from_symtab(symtab_globals)
     why: dict[str, str] = {}
     if symtab_globals:
         return found, {g: "not in .symtab" for g in GLOBAL_NAMES if g not in found}
-    code, why = from_code(elf, resolve, name_at, offsets)
+    code, why = from_code(elf, resolve, name_at, offsets, skip)
     for g in GLOBAL_NAMES:
         if g not in found and g in code:
             found[g] = code[g]

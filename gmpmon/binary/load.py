@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 from gmpmon.binary import dwarf, pclntab, table
 from gmpmon.binary.buildinfo import go_minor
 from gmpmon.binary.elf import ET_DYN, ET_EXEC, STT_FUNC, Elf
-from gmpmon.binary.globals import GLOBAL_NAMES, find_globals
+from gmpmon.binary.globals import GC_GLOBALS, GLOBAL_NAMES, find_globals
 from gmpmon.binary.goversion import go_version
 from gmpmon.binary.info import UNLOADED_FUNCTAB, BinaryInfo, FuncTab, ProbeSite
 from gmpmon.binary.symindex import PclntabIndex, SymtabIndex
@@ -164,7 +164,8 @@ def _check_version(path: str, version: str) -> int:
 
 
 def load_elf(
-    data: bytes, path: str, *, readers_only: bool = False, functab: bool = True
+    data: bytes, path: str, *, readers_only: bool = False, functab: bool = True,
+    gc: bool = True,
 ) -> BinaryInfo:
     """BinaryInfo from the bytes of an executable (the work of :func:`load`).
 
@@ -176,9 +177,13 @@ def load_elf(
 
     ``functab=False`` (``gmpmon ps``, which names no PC): no function table
     (``UNLOADED_FUNCTAB``), and the few functions and globals needed are looked up by name
-    instead of walking every symbol (gmpmon.binary.symindex)."""
+    instead of walking every symbol (gmpmon.binary.symindex).
+
+    ``gc=False`` (``gmpmon ps``, which shows no GC): in a stripped build the GC panel's
+    globals (``GC_GLOBALS``) are not looked for; their finders decode the GC's largest
+    functions."""
     try:
-        return _load_elf(data, path, readers_only, functab)
+        return _load_elf(data, path, readers_only, functab, gc)
     except GmpmonError:
         raise
     except (
@@ -196,7 +201,8 @@ def load_elf(
 
 
 def _load_elf(
-    data: bytes, path: str, readers_only: bool = False, with_functab: bool = True
+    data: bytes, path: str, readers_only: bool = False, with_functab: bool = True,
+    gc: bool = True,
 ) -> BinaryInfo:
     elf = Elf(data, path)
     if elf.section(".go.buildinfo") is None and elf.section(".gopclntab") is None:
@@ -287,7 +293,8 @@ def _load_elf(
     offsets_source = "dwarf" if has_dwarf else "table"
 
     found, not_found = find_globals(
-        elf, funcs.globals, funcs.resolve, funcs.name_at, offsets
+        elf, funcs.globals, funcs.resolve, funcs.name_at, offsets,
+        frozenset() if gc else GC_GLOBALS,
     )
     for g, f in found.items():
         if f.how == "symtab":

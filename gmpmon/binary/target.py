@@ -115,11 +115,12 @@ def load_pid(pid: int, *, readers_only: bool = False) -> BinaryInfo:
     return load_pid_file(pid, readers_only=readers_only).info
 
 
-def load_pid_file(pid: int, *, readers_only: bool = False, functab: bool = True) -> Loaded:
-    """:func:`load_pid`, and what was read (``functab``: see load_elf)."""
+def load_pid_file(pid: int, *, readers_only: bool = False, functab: bool = True,
+                  gc: bool = True) -> Loaded:
+    """:func:`load_pid`, and what was read (``functab``, ``gc``: see load_elf)."""
     path = exe_path(pid)
     data, st = read_file_stat(path)
-    info = load_elf(data, path, readers_only=readers_only, functab=functab)
+    info = load_elf(data, path, readers_only=readers_only, functab=functab, gc=gc)
     elf = Elf(data, path)
     bias = load_bias(pid, elf, path)
     return Loaded(dataclasses.replace(info, pid=pid, load_bias=bias), st, load_segments(elf))

@@ -13,7 +13,9 @@ Groups (a reader names the ones it depends on):
 - ``procs``: gomaxprocs, allp and the p/m/g offsets the sampler and the probes use;
 - ``sched``: runtime.sched and the schedt offsets;
 - ``allgs``: allgs/allglen and the g status/goid offsets (the goroutine census);
-- ``allm``: allm and m.g0/g.m.
+- ``allm``: allm and m.g0/g.m;
+- ``gc``: memstats, gcController and work (the GC panel); not in the default ``GROUPS``: only
+  the readers that use them ask.
 
 Pure: memory comes through ``read``; an OSError or a short read fails the check that made it.
 The target keeps running while it is read, so each group gets a few attempts and passes if
@@ -35,6 +37,8 @@ from gmpmon.errors import TargetMemoryError
 Read = Callable[[int, int], bytes]
 Tids = frozenset[int] | Callable[[], frozenset[int] | None] | None
 GROUPS: tuple[str, ...] = ("procs", "sched", "allgs", "allm")
+GC_GROUP = "gc"
+MAX_GOGC = 1 << 30  # GOGC is an int32 percentage; -1 is "off"
 MAX_PROCS = 1024
 MAX_GS = 1 << 24
 SAMPLE_GS = 256  # goroutines looked at in allgs (from the start: the oldest)
@@ -311,6 +315,33 @@ class _Checks:
             gm = m.u64(gp + o("runtime.g.m"), "allm.curg.m")
             _need(gm in (mp, 0), f"allm.curg.m == allm (read {gm:#x})")
 
+    def gc(self) -> None:
+        """numgc (memstats) and cycles (work) count the same cycles: a cycle is counted in
+        work.cycles at gcStart and in numgc at mark termination, so 0 <= cycles - numgc <= 1
+        (read numgc on both sides of cycles: a cycle may end in between). GOGC is -1 or a
+        percentage, GOMEMLIMIT positive, the GOGC goal at least the marked heap."""
+        m, o = self.m, self.off
+        ms = self.addr("runtime.memstats")
+        gc = self.addr("runtime.gcController")
+        work = self.addr("runtime.work")
+        numgc_at = ms + o("runtime.mstats.numgc")
+        n0 = m.u32(numgc_at, "memstats.numgc")
+        cycles = m.u32(work + o("runtime.workType.cycles"), "work.cycles")
+        n1 = m.u32(numgc_at, "memstats.numgc")
+        _need(any(0 <= cycles - n <= 1 for n in (n0, n1)),
+              f"memstats.numgc <= work.cycles <= numgc + 1 (read {n0}, {cycles})")
+        pct = m.i32(gc + o("runtime.gcControllerState.gcPercent"), "gcController.gcPercent")
+        _need(-1 <= pct < MAX_GOGC, f"gcController.gcPercent (GOGC) >= -1 (read {pct})")
+        lim = struct.unpack("<q", m.bytes(
+            gc + o("runtime.gcControllerState.memoryLimit"), 8, "gcController.memoryLimit"))[0]
+        _need(lim > 0, f"gcController.memoryLimit (GOMEMLIMIT) > 0 (read {lim})")
+        marked = m.u64(gc + o("runtime.gcControllerState.heapMarked"), "gcController.heapMarked")
+        goal = m.u64(gc + o("runtime.gcControllerState.gcPercentHeapGoal"),
+                     "gcController.gcPercentHeapGoal")
+        _need(marked < 1 << 48, f"gcController.heapMarked < 2^48 (read {marked})")
+        if pct >= 0 and n1:
+            _need(goal >= marked, f"gcPercentHeapGoal >= heapMarked (read {goal}, {marked})")
+
 
 FAILED_PREFIX = "layout check failed: "
 # What reads each group's globals (for the one line that says what is off).
@@ -319,6 +350,7 @@ GROUP_READERS: dict[str, str] = {
     "sched": "memory sampler, runtime counters, global runq",
     "allgs": "goroutine census",
     "allm": "per-M lock waits",
+    "gc": "GC and heap panel",
 }
 # The globals each group vouches for: a failed group makes them untrusted.
 GROUP_GLOBALS: dict[str, tuple[str, ...]] = {
@@ -326,6 +358,7 @@ GROUP_GLOBALS: dict[str, tuple[str, ...]] = {
     "sched": ("runtime.sched",),
     "allgs": ("runtime.allgs", "runtime.allglen"),
     "allm": ("runtime.allm",),
+    "gc": ("runtime.memstats", "runtime.gcController", "runtime.work"),
 }
 
 

@@ -16,6 +16,7 @@ import time
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.census import Census
 from gmpmon.capture.censusstacks import census_unwinder
+from gmpmon.capture.gcstats import GcStats
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.sampler import check_layout
@@ -24,16 +25,17 @@ from gmpmon.errors import CaptureError, GmpmonError
 from gmpmon.events import NO_P, EventTuple, Kind, RtFeature
 from gmpmon.priority import name_thread
 
+# What the runtime counters read (off with them); the census, the P sampler and the GC panel
+# have their own.
 _COUNTER_FEATURES = tuple(sorted(
     set(RtFeature) - {RtFeature.CENSUS, RtFeature.CENSUS_WAIT, RtFeature.CENSUS_SITES,
-                      RtFeature.CENSUS_STACKS, RtFeature.P_SAMPLES}))
+                      RtFeature.CENSUS_STACKS, RtFeature.P_SAMPLES,
+                      RtFeature.GC, RtFeature.GC_CPU}))
 COUNTERS_S = 0.1  # 10 Hz: a read is ~130 µs on a loaded machine, and its deltas feed the model
 CENSUS_S = 1.0
 CENSUS_DUTY = 0.02
 
 Stacks = dict[int, tuple[str, ...]]
-CENSUS_FEATURES = {RtFeature.CENSUS, RtFeature.CENSUS_WAIT, RtFeature.CENSUS_SITES,
-                   RtFeature.CENSUS_STACKS}
 
 
 class RuntimeSources:
@@ -57,22 +59,36 @@ class RuntimeSources:
         self.failures: list[tuple[str, int]] = []
         self.counters: RuntimeCounters | None = None
         self.census: Census | None = None
+        self.gc: GcStats | None = None
         off: set[RtFeature] = set()
         # Nothing is read through a global or an offset the live process has not confirmed
         # (binary/validate.py): a feature whose checks fail is off, said in one line.
-        layout = check_layout(info, pid, ("procs", "sched", "allgs", "allm"), starting=starting)
+        layout = check_layout(info, pid, ("procs", "sched", "allgs", "allm", "gc"),
+                              starting=starting)
         self.mem = TargetMemory(pid)
+        self._gc_missing: dict[RtFeature, str] = {}
+        if layout.ok("gc"):
+            try:
+                self.gc = GcStats(info, self.mem)
+                self._gc_missing = self.gc.missing
+            except (KeyError, ValueError) as e:
+                self._gc_missing[RtFeature.GC] = f"{e}"
+        else:
+            self._gc_missing[RtFeature.GC] = layout.why("gc")
+        off |= set(self._gc_missing)
+        if RtFeature.GC in self._gc_missing:  # a version's lack is only RT_MISSING
+            self.errors.append(f"GC panel off: {self._gc_missing[RtFeature.GC]}")
         if layout.ok("procs", "sched"):
             try:
                 self.counters = RuntimeCounters(info, self.mem)
             except (KeyError, ValueError) as e:
                 self.errors.append(f"runtime counters off: {e}")
-                off |= set(RtFeature) - CENSUS_FEATURES
+                off |= set(_COUNTER_FEATURES)
             if self.counters is not None and not layout.ok("allm"):
                 self.counters.allm = None  # no pending per-M lock waits: a bit short
         else:
             self.errors.append(f"runtime counters off: {layout.why('procs', 'sched')}")
-            off |= set(RtFeature) - CENSUS_FEATURES
+            off |= set(_COUNTER_FEATURES)
         if census_s > 0 and layout.ok("allgs"):
             try:
                 # Wait stacks need the binary's pclntab in memory (an Unwinder holds the file):
@@ -140,9 +156,11 @@ class RuntimeSources:
         if self._off:
             out.extend((now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 0) for f in self._off)
             self._off = []
-        if self.counters is not None and (final or now >= self._next_counters):
+        if (self.counters is not None or self.gc is not None) and (
+                final or now >= self._next_counters):
             try:
-                self.counters.read(now, out)
+                if self.counters is not None:
+                    self.counters.read(now, out)
             except OSError:
                 self.failed_reads += 1  # the target is gone: capture's liveness check says so
             except GmpmonError as e:
@@ -150,6 +168,16 @@ class RuntimeSources:
                 out.extend((now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 1)
                            for f in _COUNTER_FEATURES)
                 self.counters = None
+            try:
+                if self.gc is not None:
+                    self.gc.read(now, out)
+            except OSError:
+                self.failed_reads += 1
+            except GmpmonError as e:
+                self._failed("GC panel", e)
+                out.extend((now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 1)
+                           for f in (RtFeature.GC, RtFeature.GC_CPU))
+                self.gc = None
             self._next_counters = now + self.counters_ns
         if self._done:
             with self._lock:

@@ -36,7 +36,9 @@ examples:
   sudo gmpmon serve --match 'api|worker' --per-p   # by exe/command line, with P states
   sudo gmpmon serve --all --listen 0.0.0.0:9464    # reachable from other hosts
   sudo gmpmon serve 1234 --mode default --budget 1 # + budgeted probes: hand-offs
-then scrape http://127.0.0.1:9464/metrics (docs/fleet.md has a scrape config).
+then scrape http://127.0.0.1:9464/metrics (docs/fleet.md has a scrape config and
+every series: scheduler, goroutines, and the GC and heap as gmpmon_gc_*: heap live and
+goal, GOGC, GOMEMLIMIT, cycles, pause and GC CPU, read from the runtime's memory).
 """
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.export.base import Exporter
 from gmpmon.model.findingtypes import ATTRIBUTION_CATEGORIES, Attribution
+from gmpmon.model.gcheap import GcView
 from gmpmon.model.kernel import long_run_ns
 from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import CensusView, RuntimeView
@@ -62,6 +63,8 @@ def block_sources(snap: Snapshot) -> dict[str, str]:
         out["runtime"] = snap.runtime.source
         if snap.runtime.census is not None:
             out["census"] = snap.runtime.census.source
+    if snap.gc is not None:
+        out["gc"] = snap.gc.source
     return dict(sorted(out.items()))
 
 
@@ -176,6 +179,7 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
         "block_sources": block_sources(snap),
         "runtime": runtime_summary(snap.runtime),
         "census": census_summary(snap.runtime.census if snap.runtime else None),
+        "gc": gc_summary(snap.gc),
         "findings": [f.to_json() for f in snap.findings],  # gmpmon.findings, most severe first
         "latency_attribution": attribution_json(snap.latency_attribution),
         **({"kernel": kernel_summary(snap.kernel, top=top)} if snap.kernel else {}),
@@ -279,6 +283,35 @@ def runtime_summary(rv: RuntimeView | None) -> dict[str, Any] | None:
         "other_stopping_ns": _rt_lat(rv.stopping_other),
         "mutex_wait_ns": rv.mutex_wait_ns,
         "runtime_lock_wait_ns": rv.runtime_lock_wait_ns,
+    }
+
+
+def gc_summary(gc: GcView | None) -> dict[str, Any] | None:
+    """The ``gc`` block (schema v2, gmpmon 2026-12): the GC and heap from the runtime's own
+    memory. Gauges at the last read; ``*_ns`` and ``cycles`` since attach; null = not
+    measured (``missing`` says what the version lacks)."""
+    if gc is None:
+        return None
+    return {
+        "source": gc.source,
+        "missing": list(gc.missing),
+        "heap_live_bytes": gc.heap_live_bytes,
+        "heap_in_use_bytes": gc.heap_in_use_bytes,
+        "heap_goal_bytes": gc.heap_goal_bytes,
+        "heap_goal_note": gc.goal_note,
+        "gogc": gc.gogc,
+        "memory_limit_bytes": gc.memory_limit_bytes,
+        "cycles": gc.cycles,
+        "cycles_total": gc.cycles_total,
+        "cycles_per_s": round(gc.cycles_per_s, 3) if gc.cycles_per_s is not None else None,
+        "pause_ns": gc.pause_ns,
+        "pause_total_ns": gc.pause_total_ns,
+        "pause_per_cycle_ns": gc.pause_per_cycle_ns,
+        "mark_assist_cpu_ns": gc.assist_cpu_ns,
+        "mark_dedicated_cpu_ns": gc.dedicated_cpu_ns,
+        "mark_idle_cpu_ns": gc.idle_cpu_ns,
+        "pause_cpu_ns": gc.pause_cpu_ns,
+        "cpu_total_ns": gc.cpu_total_ns,
     }
 
 

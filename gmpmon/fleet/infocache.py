@@ -23,14 +23,16 @@ class InfoCache:
     watch: a host running fifty copies of one server parses its binary once. A PIE's load
     bias is found again for each process, from its maps.
 
-    ``functab=False``: loaded without the function table (see binary.load.load_elf);
+    ``functab=False``: loaded without the function table, ``gc=False``: without the GC
+    panel's globals (see binary.load.load_elf);
     ``disk``: also kept across runs (fleet.layoutcache; readers-only loads only)."""
 
     def __init__(self, *, readers_only: bool = False, functab: bool = True,
-                 disk: LayoutCache | None = None) -> None:
+                 gc: bool = True, disk: LayoutCache | None = None) -> None:
         self._by_key: dict[ExeKey, _Known] = {}
         self.readers_only = readers_only  # no probe sites (see binary.load.load_elf)
         self.functab = functab
+        self.gc = gc  # the GC panel's globals looked for (see binary.load.load_elf)
         self.disk = disk if disk is not None and disk.enabled and readers_only else None
 
     def get(self, proc: GoProcess) -> BinaryInfo:
@@ -67,7 +69,8 @@ class InfoCache:
         return known
 
     def _from_file(self, proc: GoProcess) -> _Known:
-        loaded = load_pid_file(proc.pid, readers_only=self.readers_only, functab=self.functab)
+        loaded = load_pid_file(proc.pid, readers_only=self.readers_only, functab=self.functab,
+                               gc=self.gc)
         known = _Known(loaded.info, loaded.segments, False)
         self._by_key[proc.exe_key] = known
         # Kept only when the bytes read are the very file the process was listed with.

@@ -32,6 +32,7 @@ class LifetimeStats:
     latency_p99_ns: int | None  # lower bound of the bucket holding the p99
     latency_samples: int | None
     note: str = ""  # why something is missing
+    load_error: str = ""  # the executable could not be read as a supported Go program
 
     def to_json(self) -> dict[str, Any]:
         p = self.proc
@@ -58,7 +59,8 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
     except GmpmonError as e:
         if not exists(proc.pid):
             return None
-        return LifetimeStats(proc, None, None, None, None, note=e.one_line())
+        return LifetimeStats(proc, None, None, None, None, note=e.one_line(),
+                             load_error=e.one_line())
     try:
         layout = check_layout(info, proc.pid, NEEDS)
         if not layout.ok(*NEEDS) and cache.from_disk(proc):
@@ -71,7 +73,8 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
     except GmpmonError as e:  # the re-read failed
         if not exists(proc.pid):
             return None
-        return LifetimeStats(proc, None, None, None, None, note=e.one_line())
+        return LifetimeStats(proc, None, None, None, None, note=e.one_line(),
+                             load_error=e.one_line())
     try:
         if not layout.ok(*NEEDS):
             if not exists(proc.pid):

@@ -19,6 +19,7 @@ from prometheus_client.core import (
 )
 
 from gmpmon.fleet.discover import GoProcess
+from gmpmon.model.gcheap import GcView
 
 LABELS = ("pid", "exe", "go_version", "container")
 
@@ -55,6 +56,7 @@ class ProcessReading:
     oncpu_seconds_total: float | None = None
     p_state_seconds: dict[tuple[int, str], float] | None = None
     findings: tuple[tuple[str, str], ...] | None = None  # (id, severity)
+    gc: GcView | None = None  # the GC and heap from the runtime's memory
     missing: tuple[str, ...] = field(default=())
 
 
@@ -121,6 +123,7 @@ def families(readings: Iterable[ProcessReading], scrape_errors: int = 0) -> Iter
         "docs/findings.md; trap-free sources unless serve --mode adds probes)",
         labels=[*LABELS, "id", "severity"],
     )
+    gcf = _GcFamilies()
     for r in rs:
         lb = _labels(r.proc)
         up.add_metric(lb, 1.0 if r.up else 0.0)
@@ -148,6 +151,8 @@ def families(readings: Iterable[ProcessReading], scrape_errors: int = 0) -> Iter
             pst.add_metric([*lb, str(p), state], s)
         for fid, sev in r.findings or ():
             fnd.add_metric([*lb, fid, sev], 1.0)
+        if r.gc is not None:
+            gcf.add(lb, r.gc)
     yield up
     yield procs
     yield gor
@@ -160,12 +165,64 @@ def families(readings: Iterable[ProcessReading], scrape_errors: int = 0) -> Iter
     yield cpu
     yield pst
     yield fnd
+    yield from gcf.all()
     errs = CounterMetricFamily(
         "gmpmon_scrape_errors", "Reads of a target that failed (it exited mid-read, or its "
         "memory did not validate)",
     )
     errs.add_metric([], scrape_errors)
     yield errs
+
+
+MAX_INT64 = (1 << 63) - 1
+GC_SOURCE = "read from the runtime's memory (no probe)"
+
+
+class _GcFamilies:
+    """The GC and heap (gmpmon.model.gcheap): gauges as the runtime holds them, counters
+    since gmpmon started watching; a value the Go version lacks has no series."""
+
+    def __init__(self) -> None:
+        self.live = GaugeMetricFamily(
+            "gmpmon_gc_heap_live_bytes", "Heap marked live by the last GC cycle "
+            f"(gcController.heapMarked, /gc/heap/live:bytes), {GC_SOURCE}", labels=LABELS)
+        self.goal = GaugeMetricFamily(
+            "gmpmon_gc_heap_goal_bytes", "Heap size the next GC cycle aims at, from GOGC "
+            f"(/gc/heap/goal:bytes; no series with GOGC=off), {GC_SOURCE}", labels=LABELS)
+        self.gogc = GaugeMetricFamily(
+            "gmpmon_gc_gogc_percent", f"GOGC (/gc/gogc:percent; -1 = off), {GC_SOURCE}",
+            labels=LABELS)
+        self.limit = GaugeMetricFamily(
+            "gmpmon_gc_memory_limit_bytes", "GOMEMLIMIT (/gc/gomemlimit:bytes; "
+            f"9223372036854775807 = no limit), {GC_SOURCE}", labels=LABELS)
+        self.cycles = CounterMetricFamily(
+            "gmpmon_gc_cycles", "GC cycles completed (memstats.numgc) since gmpmon started "
+            f"watching, {GC_SOURCE}", labels=LABELS)
+        self.pause = CounterMetricFamily(
+            "gmpmon_gc_pause_seconds", "Stop-the-world time of GC cycles (memstats."
+            f"pause_total_ns) since gmpmon started watching, {GC_SOURCE}", labels=LABELS)
+        self.cpu = CounterMetricFamily(
+            "gmpmon_gc_cpu_seconds", "GC CPU time by class (work.cpuStats, "
+            "/cpu/classes/gc/*:cpu-seconds; Go 1.20+) since gmpmon started watching, "
+            f"{GC_SOURCE}", labels=[*LABELS, "class"])
+
+    def add(self, lb: list[str], gc: GcView) -> None:
+        self.live.add_metric(lb, gc.heap_live_bytes)
+        if gc.heap_goal_bytes is not None:
+            self.goal.add_metric(lb, gc.heap_goal_bytes)
+        self.gogc.add_metric(lb, gc.gogc)
+        self.limit.add_metric(lb, gc.memory_limit_bytes or MAX_INT64)
+        self.cycles.add_metric(lb, gc.cycles)
+        self.pause.add_metric(lb, gc.pause_ns / 1e9)
+        for cls, ns in (("mark_assist", gc.assist_cpu_ns), ("mark_dedicated",
+                        gc.dedicated_cpu_ns), ("mark_idle", gc.idle_cpu_ns),
+                        ("pause", gc.pause_cpu_ns)):
+            if ns is not None:
+                self.cpu.add_metric([*lb, cls], ns / 1e9)
+
+    def all(self) -> Iterator[Metric]:
+        yield from (self.live, self.goal, self.gogc, self.limit, self.cycles, self.pause,
+                    self.cpu)
 
 
 def _le(ns: int) -> str:

@@ -95,4 +95,5 @@ class ProbedWatch:
             self.proc, snap.runtime if snap is not None else None, self.threads.read(),
             tuple(self.missing), findings=self.finding_labels(),
             handoffs_total=snap.handoffs if snap is not None and self.has_handoffs else None,
+            gc=snap.gc if snap is not None else None,
         )

@@ -25,6 +25,7 @@ from gmpmon.fleet.findings import WINDOW_S, FindingsWindow, sample_header
 from gmpmon.fleet.infocache import InfoCache
 from gmpmon.fleet.metrics import LATENCY_LE_NS, LatencyHistogram, ProcessReading
 from gmpmon.fleet.threads import SchedstatTotals, ThreadTotals
+from gmpmon.model.gcheap import GcPart, GcView
 from gmpmon.model.runtime import RuntimePart, RuntimeView
 from gmpmon.model.snapshot import LatencyStats
 
@@ -50,6 +51,9 @@ class Watch:
         self._stacks: dict[int, tuple[str, ...]] = {}
         self.part = RuntimePart(info.g_status, info.wait_reasons, self._stacks)
         self._handlers: dict[int, Callable[[EventTuple], None]] = dict(self.part.handlers())
+        self.gc = GcPart()
+        gc_handlers = dict(self.gc.handlers())
+        self._handlers[Kind.RT_GC] = gc_handlers[Kind.RT_GC]
         self.sources: RuntimeSources | None = None
         self.sampler: Sampler | None = None
         self.threads = SchedstatTotals(proc.pid)
@@ -153,7 +157,7 @@ class Watch:
         return make_reading(
             self.proc, self.part.view(), self.threads.read(), tuple(self.missing),
             p_state_seconds=dict(self._p_seconds) if self.per_p else None,
-            findings=self.finding_labels(),
+            findings=self.finding_labels(), gc=self.gc.view(),
         )
 
     def finding_labels(self) -> tuple[tuple[str, str], ...] | None:
@@ -172,6 +176,7 @@ def make_reading(
     p_state_seconds: dict[tuple[int, str], float] | None = None,
     findings: tuple[tuple[str, str], ...] | None = None,
     handoffs_total: int | None = None,
+    gc: GcView | None = None,
 ) -> ProcessReading:
     """One process's reading from the runtime part's view and its threads' schedstat."""
     if v is None or not v.reads:
@@ -207,6 +212,7 @@ def make_reading(
         oncpu_seconds_total=t.oncpu_ns / 1e9 if t else None,
         p_state_seconds=p_state_seconds,
         findings=findings,
+        gc=gc,
         missing=(*missing, *v.missing),
     )
 

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Hashable, Iterable
 from typing import TypeVar
 
+from gmpmon.model.gcheap import gc_delta
 from gmpmon.model.kerneldelta import kernel_delta
 from gmpmon.model.snapshot import (
     LatencyStats,
@@ -169,5 +170,6 @@ def since(cur: Snapshot, base: Snapshot | None) -> Snapshot:
         windows=cur.windows - base.windows,
         windows_covered_ns=max(cur.windows_covered_ns - base.windows_covered_ns, 0),
         runtime=runtime,
+        gc=gc_delta(cur.gc, base.gc),
         kernel=kernel,
     )

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from gmpmon.model.cost import CostTracker
 from gmpmon.model.counts import Lifecycle, Preemption, ProbeHits, RingLedger, Syscalls
+from gmpmon.model.gcheap import GcPart
 from gmpmon.model.kernel import KernelPart
 from gmpmon.model.part import Context, Part
 from gmpmon.model.runtime import RuntimePart
@@ -28,6 +29,7 @@ PARTS: tuple[Callable[[Context], Part], ...] = (
     ProbeHits,
     RingLedger,
     RuntimePart.for_model,  # the runtime's own counters and the goroutine census (40-59)
+    GcPart.for_model,  # the GC and heap values of the runtime's memory (RT_GC)
     CostTracker,  # default mode's budget controller (COST, TRIGGER: 80-89)
     KernelPart.for_model,  # perf-event samples and kernel tracepoints (60-79, tables 10-19)
 )

@@ -14,6 +14,7 @@ from gmpmon.model.cost import CostSummary
 # The value types the parts' sections are made of live below the Snapshot (values.py), and
 # each part's section type in the part's module: a Snapshot field per part, no cycle.
 from gmpmon.model.findingtypes import Attribution, CgroupCpu, Finding
+from gmpmon.model.gcheap import GcView
 from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import RuntimeView
 from gmpmon.model.values import GState, LatencyStats, PState, Span
@@ -173,6 +174,8 @@ class Snapshot:
     # The runtime's own counters and the goroutine census (gmpmon.model.runtime); None when
     # the capture had neither (older recordings).
     runtime: RuntimeView | None = None
+    # The GC and heap values of the runtime's memory (gmpmon.model.gcheap); None when not read.
+    gc: GcView | None = None
     cost: CostSummary | None = None  # default mode's budget controller (COST events)
     dropped: dict[str, int] = field(default_factory=dict)  # user-space drops by stage (DROP)
     triggers: tuple[tuple[int, int], ...] = ()  # (ts, --trigger index) of each trigger fired

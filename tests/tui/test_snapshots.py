@@ -156,6 +156,23 @@ def test_64_ps_busy_first_idle_folded_heat_strip(snap_compare: Any) -> None:
                         run_before=facts([], check))
 
 
+def test_sched_gc_heap_panel(snap_compare: Any) -> None:
+    """The GC and heap panel (issue #28) on a sample-mode recording of gcheap allocating:
+    every value read from the runtime's memory, none "not measured" on Go 1.27."""
+
+    def check(t: str) -> None:
+        assert "GC · heap (runtime memory)" in t, t
+        panel = t[t.index("GC · heap"):]
+        assert re.search(r"GOGC +100", panel) and re.search(r"GOMEMLIMIT +none", panel), t
+        assert re.search(r"cycles +[1-9]\d* \(\d+\.\d\d/s\)", panel), t
+        for label in ("heap live", "goal", "STW/cycle", "mark assist", "mark idle"):
+            row = next(ln for ln in panel.splitlines() if label in ln)
+            assert "–" not in row, row
+
+    assert snap_compare(make_app(replay("gcheap", 3.5)), terminal_size=(100, 88),
+                        run_before=facts(["2"], check))
+
+
 def test_help(snap_compare: Any) -> None:
     def check(t: str) -> None:
         # The keys a user needs first have their line on the first screen (the newest: !

@@ -39,6 +39,7 @@ SCHEMA_KEYS = {
     "block_sources",
     "runtime",
     "census",
+    "gc",
     "findings",
     "latency_attribution",
 }

@@ -1,4 +1,5 @@
-"""Scheduling view: run latency, park reasons, the steal matrix and the event counters."""
+"""Scheduling view: run latency, park reasons, the steal matrix, the event counters and the
+GC and heap panel (gmpmon/tui/gcpanel.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from textual.widgets import Static
 
 from gmpmon.model.runtime import bucket_bounds
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.tui.gcpanel import gc_panel, gc_shown
 from gmpmon.tui.kernel import inline_per_p
 from gmpmon.tui.measure import (
     NOT_MEASURED,
@@ -289,12 +291,14 @@ class SchedView(KeyScroll):
             yield Static(id="sched-perp", classes="panel")
             yield Static(id="sched-steals", classes="panel")
             yield Static(id="sched-counters", classes="panel")
+            yield Static(id="sched-gc", classes="panel")  # tui/gcpanel.py
             yield Static(id="sched-attrib", classes="panel")  # widgets/findings.py
 
     def on_mount(self) -> None:
         titles = {
             "sched-latency": "runnable → running latency",
             "sched-counters": "preemption · syscalls · GC",
+            "sched-gc": "GC · heap (runtime memory)",
             "sched-perp": "per P",
             "sched-parks": "park reasons",
             "sched-wakes": "latency by wake-up",
@@ -309,6 +313,10 @@ class SchedView(KeyScroll):
             return
         self.query_one("#sched-latency", Static).update(latency_panel(snap))
         self.query_one("#sched-counters", Static).update(counters_table(snap))
+        gc = self.query_one("#sched-gc", Static)
+        gc.display = gc_shown(snap)
+        if gc.display:
+            gc.update(gc_panel(snap))
         self.query_one("#sched-perp", Static).update(per_p_table(snap))
         self.query_one("#sched-parks", Static).update(park_table(snap))
         self.query_one("#sched-wakes", Static).update(wake_table(snap))
