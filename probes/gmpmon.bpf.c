@@ -503,6 +503,30 @@ static __always_inline int on_gosched(struct pt_regs *ctx)
     return 0;
 }
 
+/* runtime.gosched_m(gp *g) (<=1.21; 1.22+ is seen at goschedImpl with BL=0), on g0, reached
+ * by mcall (RAX = gp): runtime.Gosched and the GC sweeper's goschedIfBusy. The G becomes
+ * runnable (goschedImpl: _Grunning -> _Grunnable, global runq). */
+static __always_inline int on_gosched_m(struct pt_regs *ctx)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    gm_mark_runnable(goid, now);
+    gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 0, 0);
+    return 0;
+}
+
+/* runtime.goyield_m(gp *g) (all versions), on g0 by mcall (RAX = gp): semrelease handed the
+ * semaphore to a waiter and yields (_Grunning -> _Grunnable, its P's runq). The runtime's
+ * trace calls it a preemption (GoPreempt): a0 = 1. */
+static __always_inline int on_goyield(struct pt_regs *ctx)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    gm_mark_runnable(goid, now);
+    gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 1, 0);
+    return 0;
+}
+
 /* runqsteal(pp, p2 *p, stealRunNextG bool) *g, entry, on g0: RAX=thief P, RBX=victim P.
  * Remembered per M until the runqgrab result site below. */
 static __always_inline int on_steal_try(struct pt_regs *ctx)
@@ -776,6 +800,8 @@ int gmpmon_probe(struct pt_regs *ctx)
     case H_WAKE_SCHED: return on_wake_sched(ctx);
     case H_WAKE_INJECT: return on_wake_inject(ctx);
     case H_WAKE_GCWORKER: return on_wake_gcworker(ctx);
+    case H_GOSCHED_M: return on_gosched_m(ctx);
+    case H_GOYIELD: return on_goyield(ctx);
     }
     return 0;
 }
@@ -819,4 +845,6 @@ GM_PROBE(sema_exit, H_SEMA_EXIT)
 GM_PROBE(wake_sched, H_WAKE_SCHED)
 GM_PROBE(wake_inject, H_WAKE_INJECT)
 GM_PROBE(wake_gcworker, H_WAKE_GCWORKER)
+GM_PROBE(gosched_m, H_GOSCHED_M)
+GM_PROBE(goyield, H_GOYIELD)
 #endif /* GM_PERF_FALLBACK */
