@@ -61,6 +61,8 @@ WAKE               G ``g`` becomes runnable without ``ready``: a bare ``casgstat
                    _Grunnable)`` in ``findRunnable`` (netpoll, the GC worker, the trace
                    reader), ``injectglist`` (netpoll batches, GC-assist wake-ups) or the GC
                    controller's ``findRunnableGCWorker``. Fields as READY (a0 = 0).
+                   a0 = 1: back from a syscall without a P (``exitsyscall0``, 1.26+
+                   ``exitsyscallNoP``), a1 = 0, ``p`` = NO_P.
 P_IDLE             P ``p`` put on the idle list (``pidleput``); its M stops or keeps spinning
                    without it. m = tid of the M that put it there (the P's own M giving up in
                    ``findRunnable``, sysmon or a syscall's M in ``handoffp``, the STW caller

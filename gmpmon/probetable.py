@@ -101,6 +101,18 @@ GOYIELD_M = _role(
     "runtime.goyield_m", reads=("rax",), required=False,
     why="no symbol: yields of a handed-over semaphore get no latency",
 )
+# The slow way out of a syscall whose P was taken: exitsyscall0(gp *g) (<= 1.25, by mcall)
+# and exitsyscallNoP(gp *g) (1.26+) make the G runnable with a bare casgstatus (from
+# _Gsyscall, resp. _Grunning on 1.26+, to _Grunnable), then queue it globally or run it on an
+# idle P: a goroutine start with no ready().
+EXITSYSCALL0 = _role(
+    "runtime.exitsyscall0", required=False,
+    why="no symbol: goroutines back from a syscall without a P get no latency",
+)
+EXITSYSCALLNOP = _role(
+    "runtime.exitsyscallNoP", required=False,
+    why="no symbol: goroutines back from a syscall without a P get no latency",
+)
 STOPTHEWORLD = _role("runtime.stopTheWorldWithSema", reads=("rax",), rets=True)
 STARTTHEWORLD = _role("runtime.startTheWorldWithSema", reads=ARGS[:5])
 LOCKSLOW = _role(
@@ -230,6 +242,10 @@ PROBES: tuple[Probe, ...] = (
     # goyield_m: the trace records it as a preemption (GoPreempt), so does gmpmon (a0 = 1).
     Probe("goyield", 27, (GOYIELD_M,), ENTRY, HOT, (Kind.PREEMPTED,), "preempt",
           GOYIELD_M.why),
+    # Back from a syscall with no P (the C filters old = _Gsyscall or _Grunning, new =
+    # _Grunnable): WAKE with a0 = 1. As rare as the hand-offs whose G finds no P on return.
+    Probe("wake_sysexit", 28, (EXITSYSCALLNOP, EXITSYSCALL0), CALL, HOT, (Kind.WAKE,),
+          "syscall", EXITSYSCALL0.why, callee="runtime.casgstatus"),
 )
 
 HANDLERS: tuple[str, ...] = tuple(p.handler for p in sorted(PROBES, key=lambda p: p.hid))

@@ -403,6 +403,21 @@ static __always_inline int on_wake_gcworker(struct pt_regs *ctx)
     return on_wake(ctx);
 }
 
+/* The `call runtime.casgstatus` in exitsyscall0 (<= 1.25: _Gsyscall -> _Grunnable) or
+ * exitsyscallNoP (1.26+: _Grunning -> _Grunnable): a G back from a syscall found no P and
+ * becomes runnable (global runq, or an idle P at once). RAX=gp, EBX=old, ECX=new. WAKE with
+ * a0 = 1 (from a syscall; the G's waitreason is stale: a1 = 0). */
+static __always_inline int on_wake_sysexit(struct pt_regs *ctx)
+{
+    u32 old = (u32)ctx->bx;
+    if ((u32)ctx->cx != 1 || (old != 2 && old != 3))
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    gm_mark_runnable(goid, now);
+    gm_emit_at(now, GM_WAKE, NO_P, gm_tid(), goid, 1, 0);
+    return 0;
+}
 
 /* Where a new goroutine comes from, read from newg in the same probe hit (two reads, no
  * trap of its own): newproc1 has set newg.startpc (its function) and newg.gopc (the pc after
@@ -802,6 +817,7 @@ int gmpmon_probe(struct pt_regs *ctx)
     case H_WAKE_GCWORKER: return on_wake_gcworker(ctx);
     case H_GOSCHED_M: return on_gosched_m(ctx);
     case H_GOYIELD: return on_goyield(ctx);
+    case H_WAKE_SYSEXIT: return on_wake_sysexit(ctx);
     }
     return 0;
 }
@@ -847,4 +863,5 @@ GM_PROBE(wake_inject, H_WAKE_INJECT)
 GM_PROBE(wake_gcworker, H_WAKE_GCWORKER)
 GM_PROBE(gosched_m, H_GOSCHED_M)
 GM_PROBE(goyield, H_GOYIELD)
+GM_PROBE(wake_sysexit, H_WAKE_SYSEXIT)
 #endif /* GM_PERF_FALLBACK */

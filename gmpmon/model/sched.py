@@ -52,6 +52,7 @@ from gmpmon.model.part import (
     WAKE_CREATED,
     WAKE_GOSCHED,
     WAKE_PREEMPTED,
+    WAKE_SYSCALL,
     Context,
     Handler,
     Part,
@@ -200,7 +201,7 @@ class Sched(Part):
             (Kind.FIND_RUNNABLE, self.on_find_runnable),
             (Kind.PARK, self.on_park),
             (Kind.READY, self.on_ready),
-            (Kind.WAKE, self.on_ready),  # the same, without ready(): netpoll, GC workers
+            (Kind.WAKE, self.on_wake),  # the same, without ready(): netpoll, GC workers
             (Kind.GO_CREATE, self.on_go_create),
             (Kind.GO_EXIT, self.on_go_exit),
             (Kind.CENSUS_G, self.on_census_g),
@@ -416,6 +417,20 @@ class Sched(Part):
             gg.reason = a1
         gg.ready_ts = ts
         gg.wake = a1
+
+    def on_wake(self, e: EventTuple) -> None:
+        if not e[5]:
+            self.on_ready(e)
+            return
+        # a0 = 1: back from a syscall that lost its P (exitsyscall0 / exitsyscallNoP).
+        ts, g = e[0], e[4]
+        gg = self.gs.get(g)
+        if gg is None or gg.epoch != self.epoch:
+            gg = self.g(g, ts)
+        gg.state = G_RUNNABLE
+        gg.since = ts
+        gg.ready_ts = ts
+        gg.wake = WAKE_SYSCALL
 
     def on_go_create(self, e: EventTuple) -> None:
         ts, _, _p, _m, g, a0, a1 = e
