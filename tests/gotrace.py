@@ -8,7 +8,16 @@ lines after it. ``parse_trace`` streams that text once and keeps what the tests 
 - ``stw``: (name, begin, end) of every stop-the-world range; ``gc_stw_ns`` sums the GC ones;
 - ``latencies``: for each G that became Runnable (from Waiting, NotExist or Running) and then
   ran, the time in between, with where it came from: the trace's scheduling latency;
-- ``starts_by_p``: Runnable->Running per P; ``created``; ``parks`` by wait reason.
+- ``starts_by_p``: Runnable->Running per P; ``created``; ``parks`` by wait reason;
+- ``to_runnable``: Running->Runnable by reason ("preempted", "runtime.Gosched");
+- ``proc_steals``: Ps taken from a goroutine in a syscall (the P's Syscall->Idle: ProcSteal);
+- ``created_at``: goid -> when it was created (to line gmpmon's clock up with a trace whose
+  times are relative to its start);
+- ``moved``: starts on another P than the one whose event made the G runnable (a steal, or
+  the global queue: the trace does not record runq steals themselves).
+
+Latencies count from Waiting, NotExist, Running and Syscall (a G back from a syscall
+without a P is queued: Syscall->Runnable).
 
 Times are the runtime's nanotime (CLOCK_MONOTONIC), the clock gmpmon's BPF timestamps use.
 """
@@ -26,6 +35,7 @@ from tests.gotargets import ensure_go
 _HEAD = re.compile(r"^M=(-?\d+) P=(-?\d+) G=(-?\d+) (\w+) Time=(\d+)")
 _TRANSITION = re.compile(r"GoID=(\d+) (\w+)->(\w+) Reason=\"([^\"]*)\"")
 _NAME = re.compile(r'Name="([^"]*)"')
+_PROC = re.compile(r"ProcID=(\d+) (\w+)->(\w+)")
 
 
 @dataclass
@@ -35,6 +45,10 @@ class TraceFacts:
     starts_by_p: Counter[int] = field(default_factory=Counter)
     created: int = 0
     parks: Counter[str] = field(default_factory=Counter)
+    to_runnable: Counter[str] = field(default_factory=Counter)
+    proc_steals: int = 0
+    created_at: dict[int, int] = field(default_factory=dict)
+    moved: int = 0
     first_ns: int = 0
     last_ns: int = 0
 
@@ -62,6 +76,7 @@ def parse_trace(path: Path) -> TraceFacts:
     go = ensure_go("1.27")
     facts = TraceFacts()
     runnable_at: dict[int, tuple[str, int]] = {}
+    runnable_p: dict[int, int] = {}
     open_ranges: dict[tuple[int, str], int] = {}
     with subprocess.Popen(
         [str(go), "tool", "trace", "-d=parsed", str(path)],
@@ -81,18 +96,29 @@ def parse_trace(path: Path) -> TraceFacts:
             if kind == "StateTransition":
                 t = _TRANSITION.search(line, h.end())
                 if t is None:
-                    continue  # a P's transition (ProcID=...)
+                    pt = _PROC.search(line, h.end())
+                    if pt is not None and pt.group(2) == "Syscall" and pt.group(3) == "Idle":
+                        facts.proc_steals += 1
+                    continue
                 goid, old, new, reason = int(t.group(1)), t.group(2), t.group(3), t.group(4)
                 if new == "Runnable":
-                    if old in ("Waiting", "NotExist", "Running"):
+                    if old in ("Waiting", "NotExist", "Running", "Syscall"):
                         runnable_at[goid] = (old, ts)
+                        runnable_p[goid] = int(h.group(2))
                     if old == "NotExist":
                         facts.created += 1
+                        facts.created_at[goid] = ts
+                    elif old == "Running":
+                        facts.to_runnable[reason] += 1
                 elif new == "Running" and old == "Runnable":
-                    facts.starts_by_p[int(h.group(2))] += 1
+                    on_p = int(h.group(2))
+                    facts.starts_by_p[on_p] += 1
                     was = runnable_at.pop(goid, None)
                     if was is not None:
                         facts.latencies.append((was[0], ts - was[1]))
+                    made_on = runnable_p.pop(goid, -1)
+                    if made_on >= 0 and made_on != on_p:
+                        facts.moved += 1
                 elif new == "Waiting" and old == "Running":
                     facts.parks[reason] += 1
                     runnable_at.pop(goid, None)

@@ -48,6 +48,9 @@ var (
 	hold     = flag.Duration("hold", 20*time.Microsecond, "how long the mutex is held")
 	gcEvery  = flag.Duration("gc-every", 50*time.Millisecond, "runtime.GC() period (0: none)")
 	spinG    = flag.Int("spin", 0, "CPU-burning goroutines")
+	yieldG   = flag.Int("gosched", 0, "goroutines that work a little and call runtime.Gosched")
+	blockG   = flag.Int("blocksys", 0, "goroutines in blocking nanosleep(2) loops (P hand-offs)")
+	blockD   = flag.Duration("blocksys-d", 2*time.Millisecond, "each blocking syscall")
 	mutexMu  sync.Mutex
 	sink     []byte
 )
@@ -318,6 +321,43 @@ func main() {
 			}
 		}()
 	}
+	var blocked int64
+	for i := 0; i < *yieldG; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				gate.Work(5000)
+				runtime.Gosched()
+			}
+		}()
+	}
+	for i := 0; i < *blockG; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ts := syscall.NsecToTimespec(int64(*blockD))
+			n := int64(0)
+			for {
+				select {
+				case <-stop:
+					cnt.Lock()
+					blocked += n
+					cnt.Unlock()
+					return
+				default:
+				}
+				gate.Work(20000) // some work on the P, so that the P has something to hand off
+				_ = syscall.Nanosleep(&ts, nil)
+				n++
+			}
+		}()
+	}
 	if *netOn {
 		wg.Add(1)
 		go netPingPong(stop, &wg, &pings)
@@ -357,6 +397,7 @@ func main() {
 		"gomaxprocs":             runtime.GOMAXPROCS(0),
 		"phase_ns":               elapsed.Nanoseconds(),
 		"start_mono":             startMono,
+		"blocking_syscalls":      blocked,
 		"stop_mono":              stopMono,
 		"schedstat_cpu_ns":       cpu1 - cpu0,
 		"schedstat_wait_ns":      wait1 - wait0,
