@@ -49,6 +49,10 @@ class TraceFacts:
     proc_steals: int = 0
     created_at: dict[int, int] = field(default_factory=dict)
     moved: int = 0
+    syscalls: int = 0  # Running->Syscall
+    syscall_lost_p: int = 0  # Syscall->Runnable: back from a syscall without its P
+    lost_p_spans: list[tuple[int, int]] = field(default_factory=list)  # (enter, exit) of those
+    moved_created: int = 0  # moved starts of new goroutines (queued on their creator's P)
     first_ns: int = 0
     last_ns: int = 0
 
@@ -77,6 +81,7 @@ def parse_trace(path: Path) -> TraceFacts:
     facts = TraceFacts()
     runnable_at: dict[int, tuple[str, int]] = {}
     runnable_p: dict[int, int] = {}
+    in_syscall: dict[int, int] = {}
     open_ranges: dict[tuple[int, str], int] = {}
     with subprocess.Popen(
         [str(go), "tool", "trace", "-d=parsed", str(path)],
@@ -110,6 +115,13 @@ def parse_trace(path: Path) -> TraceFacts:
                         facts.created_at[goid] = ts
                     elif old == "Running":
                         facts.to_runnable[reason] += 1
+                    elif old == "Syscall":
+                        facts.syscall_lost_p += 1
+                        if goid in in_syscall:
+                            facts.lost_p_spans.append((in_syscall.pop(goid), ts))
+                elif new == "Syscall" and old == "Running":
+                    facts.syscalls += 1
+                    in_syscall[goid] = ts
                 elif new == "Running" and old == "Runnable":
                     on_p = int(h.group(2))
                     facts.starts_by_p[on_p] += 1
@@ -119,6 +131,8 @@ def parse_trace(path: Path) -> TraceFacts:
                     made_on = runnable_p.pop(goid, -1)
                     if made_on >= 0 and made_on != on_p:
                         facts.moved += 1
+                        if was is not None and was[0] == "NotExist":
+                            facts.moved_created += 1
                 elif new == "Waiting" and old == "Running":
                     facts.parks[reason] += 1
                     runnable_at.pop(goid, None)

@@ -49,6 +49,8 @@ var (
 	gcEvery  = flag.Duration("gc-every", 50*time.Millisecond, "runtime.GC() period (0: none)")
 	spinG    = flag.Int("spin", 0, "CPU-burning goroutines")
 	yieldG   = flag.Int("gosched", 0, "goroutines that work a little and call runtime.Gosched")
+	burstN   = flag.Int("burst", 0, "goroutines created in a burst every -burst-every (work stealing)")
+	burstD   = flag.Duration("burst-every", 2*time.Millisecond, "period of the bursts")
 	blockG   = flag.Int("blocksys", 0, "goroutines in blocking nanosleep(2) loops (P hand-offs)")
 	blockD   = flag.Duration("blocksys-d", 2*time.Millisecond, "each blocking syscall")
 	mutexMu  sync.Mutex
@@ -322,6 +324,31 @@ func main() {
 		}()
 	}
 	var blocked int64
+	if *burstN > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(*burstD)
+			defer t.Stop()
+			var bw sync.WaitGroup
+			for {
+				select {
+				case <-stop:
+					bw.Wait()
+					return
+				case <-t.C:
+				}
+				for i := 0; i < *burstN; i++ {
+					bw.Add(1)
+					go func() {
+						defer bw.Done()
+						gate.Work(20000)
+					}()
+				}
+				bw.Wait()
+			}
+		}()
+	}
 	for i := 0; i < *yieldG; i++ {
 		wg.Add(1)
 		go func() {
