@@ -588,7 +588,10 @@ static __always_inline int on_pidleput(struct pt_regs *ctx)
 
 /* ---- cold probes (every mode) -------------------------------------------------------- */
 
-/* runtime.handoffp(pp *p), on sysmon's M (retake) or g0: RAX=P, already taken from its M. */
+/* runtime.handoffp(pp *p), on sysmon's M (retake) or g0: RAX=P, already taken from its M.
+ * a0 = the P's local runq length, a1 = the global runq's (-1: unknown): handoffp starts an
+ * M for the P at once when either has work, which is what tells the P's state without the
+ * hot probes. */
 static __always_inline int on_handoffp(struct pt_regs *ctx)
 {
     s32 pid = gm_pid(ctx->ax);
@@ -596,7 +599,7 @@ static __always_inline int on_handoffp(struct pt_regs *ctx)
     u64 *g = sys_g.lookup(&pid);
     if (g)
         goid = *g;
-    gm_emit(GM_HANDOFF, pid, gm_tid(), goid, 0, 0);
+    gm_emit(GM_HANDOFF, pid, gm_tid(), goid, gm_runqlen(ctx->ax), gm_globrunq());
     return 0;
 }
 

@@ -53,6 +53,7 @@ class TraceFacts:
     syscall_lost_p: int = 0  # Syscall->Runnable: back from a syscall without its P
     lost_p_spans: list[tuple[int, int]] = field(default_factory=list)  # (enter, exit) of those
     moved_created: int = 0  # moved starts of new goroutines (queued on their creator's P)
+    p_running_ns: Counter[int] = field(default_factory=Counter)  # P id -> ns held by an M
     first_ns: int = 0
     last_ns: int = 0
 
@@ -82,6 +83,7 @@ def parse_trace(path: Path) -> TraceFacts:
     runnable_at: dict[int, tuple[str, int]] = {}
     runnable_p: dict[int, int] = {}
     in_syscall: dict[int, int] = {}
+    p_since: dict[int, int] = {}  # P id -> when it went Running
     open_ranges: dict[tuple[int, str], int] = {}
     with subprocess.Popen(
         [str(go), "tool", "trace", "-d=parsed", str(path)],
@@ -102,8 +104,15 @@ def parse_trace(path: Path) -> TraceFacts:
                 t = _TRANSITION.search(line, h.end())
                 if t is None:
                     pt = _PROC.search(line, h.end())
-                    if pt is not None and pt.group(2) == "Syscall" and pt.group(3) == "Idle":
+                    if pt is None:
+                        continue
+                    pid, pold, pnew = int(pt.group(1)), pt.group(2), pt.group(3)
+                    if pold == "Syscall" and pnew == "Idle":
                         facts.proc_steals += 1
+                    if pnew == "Running" and pid not in p_since:
+                        p_since[pid] = ts
+                    elif pnew != "Running" and pid in p_since:
+                        facts.p_running_ns[pid] += ts - p_since.pop(pid)
                     continue
                 goid, old, new, reason = int(t.group(1)), t.group(2), t.group(3), t.group(4)
                 if new == "Runnable":
@@ -145,6 +154,8 @@ def parse_trace(path: Path) -> TraceFacts:
                     open_ranges[key] = ts
                 elif key in open_ranges:
                     facts.stw.append((n.group(1), open_ranges.pop(key), ts))
+        for pid, since in p_since.items():
+            facts.p_running_ns[pid] += facts.last_ns - since
         err = p.stderr.read() if p.stderr else ""
     if p.returncode != 0:
         raise RuntimeError(f"go tool trace -d=parsed {path} failed: {err[-2000:]}")

@@ -175,3 +175,33 @@ def test_steals_are_bounded_by_the_traces_moves(
     compare("stolen goroutines vs trace's moved new goroutines", stolen, tr.moved_created,
             0.95, float("inf"))
     compare("stolen goroutines vs trace's moves", stolen, tr.moved, 0, 1.05)
+
+
+@pytest.mark.bpf
+@pytest.mark.parametrize("mode", ["sample", "default", "full"])
+@pytest.mark.parametrize("go", versions())
+def test_p_busy_time_in_every_mode_matches_runtime_trace(
+    tmp_path: Path, go: str, mode: str
+) -> None:
+    """The Ps' busy share of the trace's span: the trace's P Running (held by an M: its
+    goroutine running, in a syscall from 1.26, or the M looking for work; a stopped world
+    leaves the Ps Running) against gmpmon's running + searching + syscall + GC-stop time
+    over the time it knows the P's state; from 50 Hz P status reads (and cold hand-offs) in
+    sample mode, from those and the hot probes' windows in default mode, from the probes in
+    full mode. Within 5%."""
+    from tests.integration.test_oracles import replayed_model
+
+    r = oracle_run(tmp_path, go, "-phase", "3s", "-mutex", "2", "-gc-every", "50ms",
+                   "-sleepers", "4", "-sleep", "1ms", "-blocksys", "1", "-spin", "1",
+                   mode=mode, record=True)
+    m = replayed_model(tmp_path / "r.gmp", r.trace.first_ns, r.trace.last_ns)
+    procs = m.snapshot().procs
+    ours = sum(p.running_ns + p.searching_ns + p.syscall_ns + p.gcstop_ns for p in procs)
+    known = ours + sum(p.idle_ns for p in procs)
+    theirs = sum(r.trace.p_running_ns.values())
+    span = (r.trace.last_ns - r.trace.first_ns) * len(procs)
+    print(f"\n{mode}: P busy ns gmpmon {ours} of {known} known, trace {theirs} of {span}")
+    assert len(procs) == 2
+    assert known >= 0.9 * span, "P states unknown for more than a tenth of the time"
+    compare(f"P busy share ({mode}) vs trace", 1e6 * ours / known, 1e6 * theirs / span,
+            0.95, 1.05)
