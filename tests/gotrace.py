@@ -54,6 +54,12 @@ class TraceFacts:
     lost_p_spans: list[tuple[int, int]] = field(default_factory=list)  # (enter, exit) of those
     moved_created: int = 0  # moved starts of new goroutines (queued on their creator's P)
     p_running_ns: Counter[int] = field(default_factory=Counter)  # P id -> ns held by an M
+    p_running: list[tuple[int, int, int]] = field(default_factory=list)  # (P, begin, end)
+
+    def p_running_within(self, spans: list[tuple[int, int]]) -> int:
+        """ns the Ps were Running within the given (begin, end) spans (disjoint)."""
+        return sum(max(0, min(e, we) - max(b, wb))
+                   for _, b, e in self.p_running for wb, we in spans)
     first_ns: int = 0
     last_ns: int = 0
 
@@ -112,7 +118,9 @@ def parse_trace(path: Path) -> TraceFacts:
                     if pnew == "Running" and pid not in p_since:
                         p_since[pid] = ts
                     elif pnew != "Running" and pid in p_since:
-                        facts.p_running_ns[pid] += ts - p_since.pop(pid)
+                        began = p_since.pop(pid)
+                        facts.p_running_ns[pid] += ts - began
+                        facts.p_running.append((pid, began, ts))
                     continue
                 goid, old, new, reason = int(t.group(1)), t.group(2), t.group(3), t.group(4)
                 if new == "Runnable":
@@ -156,6 +164,7 @@ def parse_trace(path: Path) -> TraceFacts:
                     facts.stw.append((n.group(1), open_ranges.pop(key), ts))
         for pid, since in p_since.items():
             facts.p_running_ns[pid] += facts.last_ns - since
+            facts.p_running.append((pid, since, facts.last_ns))
         err = p.stderr.read() if p.stderr else ""
     if p.returncode != 0:
         raise RuntimeError(f"go tool trace -d=parsed {path} failed: {err[-2000:]}")

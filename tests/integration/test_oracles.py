@@ -42,7 +42,7 @@ class OracleRun:
 
 def oracle_run(
     tmp_path: Path, go: str, *args: str, gomaxprocs: int = 2, record: bool = False,
-    mode: str = "full",
+    mode: str = "full", gm_args: tuple[str, ...] = (),
 ) -> OracleRun:
     exe = tmp_path / "oracle"
     exe.write_bytes(build("oracle", go).read_bytes())
@@ -50,7 +50,7 @@ def oracle_run(
     summary = tmp_path / "s.json"
     tr = tmp_path / "trace.out"
     p = subprocess.run(
-        [*GM, "run", "--mode", mode, "--no-tui", "--summary-json", str(summary),
+        [*GM, "run", "--mode", mode, "--no-tui", "--summary-json", str(summary), *gm_args,
          *(("--record", str(tmp_path / "r.gmp")) if record else ()), "--",
          str(exe), "-trace-phase", str(tr), *args],
         capture_output=True, text=True, timeout=TIMEOUT, env=env(GOMAXPROCS=str(gomaxprocs)),
