@@ -157,25 +157,29 @@ def test_syscalls_and_handoffs_match_runtime_trace(
 
 @pytest.mark.bpf
 @pytest.mark.parametrize("go", versions())
-def test_steals_are_bounded_by_the_traces_moves(
-    tmp_path_factory: pytest.TempPathFactory, go: str
-) -> None:
+def test_steals_are_bounded_by_the_traces_moves(tmp_path: Path, go: str) -> None:
     """The trace records no runq steal, but its moves bound them. A stolen G was queued on
     its victim's P (ready and newproc queue on the current P) and starts on the thief: one
     of the trace's starts on another P than the one whose event made the G runnable
-    ("moved"); other moves went through the global queue (Gosched, preemption, netpoll).
-    So stolen <= moved (5%). New goroutines (bursts of 128, fewer than a runq holds) should
-    reach another P only by a steal, but measured stolen / moved new goroutines was
-    0.79-1.07 (docs/accuracy.md: not explained yet): the lower side is asserted at half."""
-    r, s = run(tmp_path_factory, go)
+    ("moved"); other moves go through the global queue (Gosched, preemption, netpoll, and
+    a dedicated GC mark worker, which empties its P's runq into the global queue). With no
+    GC, new goroutines (bursts of 128, fewer than a runq holds) move only by a steal: moved
+    new goroutines <= stolen (5%). A steal takes half the victim's queue into the thief's,
+    where another P may steal it again before it runs: one move, two steals (measured
+    1.06-1.07x the moves with 4 Ps): stolen <= 1.15 x moved."""
+    r = oracle_run(tmp_path, go, "-phase", "2s", "-mutex", "0", "-gc-every", "0",
+                   "-sleepers", "2", "-net=false", "-spin", "1", "-burst", "128",
+                   gomaxprocs=4, record=True)
+    assert r.oracle["numgc"] == 0, "a GC moves runqs to the global queue: no bound then"
+    s = events_model(tmp_path / "r.gmp", r.trace.first_ns, r.trace.last_ns).snapshot()
     stolen = s.steals.goroutines
     tr = r.trace
     print(f"\ngmpmon stolen goroutines {stolen} (steals {s.steals.count}); trace moved "
           f"{tr.moved}, of which new goroutines {tr.moved_created}")
-    assert stolen >= 20 and tr.moved_created >= 10
-    compare("stolen goroutines vs trace's moves", stolen, tr.moved, 0, 1.05)
+    assert tr.moved_created >= 10
     compare("stolen goroutines vs trace's moved new goroutines", stolen, tr.moved_created,
-            0.5, float("inf"))
+            0.95, float("inf"))
+    compare("stolen goroutines vs trace's moves", stolen, tr.moved, 0, 1.15)
 
 
 @pytest.mark.bpf
