@@ -101,9 +101,15 @@ def test_prometheus_go119_under_wrk_every_start_has_a_latency(tmp_path: Path) ->
     check_whole("prometheus go1.19", starts, samples, facts)
 
 
+def latency_versions() -> list[Any]:
+    """1.19 and 1.21 (the runtimes that lost latencies) by default, the others with --full."""
+    return [pytest.param(v, id=f"go{v}", marks=() if v in ("1.19", "1.21") else pytest.mark.slow)
+            for v in ("1.19", "1.21", "1.22", "1.23", "1.24", "1.25", "1.26", "1.27")]
+
+
 @pytest.mark.bpf
-@pytest.mark.parametrize("go", ["1.19", "1.21"])
-def test_old_runtime_every_start_has_a_latency(tmp_path: Path, go: str) -> None:
+@pytest.mark.parametrize("go", latency_versions())
+def test_every_start_has_a_latency(tmp_path: Path, go: str) -> None:
     """The oracle workload with every way to become runnable: sleeps (timers), a TCP
     ping-pong (netpoll), a contended mutex, GC (the GC workers, the sweeper), goroutines
     calling runtime.Gosched and blocking syscalls (P hand-offs), against its runtime/trace.
