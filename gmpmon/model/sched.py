@@ -507,15 +507,14 @@ class Sched(Part):
                 # later, then the G's EXECUTE on P0 by another M).
                 gg.state = G_UNKNOWN
             pp.m = 0
-            if self.hot:
-                self.p_to(pp, ts, P_IDLE, 0)  # pidleput or the next execute says more
-            elif e[5] or 0 < e[6] < U64_MAX:
-                # Without the hot probes: handoffp starts an M for a P with work in its
-                # runq or the global one (a0, a1), which then looks for it. Idle until the
-                # next status read made sample mode read a third of two busy Ps as idle
-                # (~150 hand-offs a second, each idle for half a 50 Hz period), against
-                # runtime/trace.
+            if e[5] or 0 < e[6] < U64_MAX:
+                # handoffp starts an M for a P with work in its runq or the global one
+                # (a0, a1), which then looks for it. Idle until the next status read made
+                # sample mode read a third of two busy Ps as idle (~150 hand-offs a
+                # second, each idle for half a 50 Hz period), against runtime/trace.
                 self.p_to(pp, ts, P_SEARCHING, 0)
+            elif self.hot:
+                self.p_to(pp, ts, P_IDLE, 0)  # pidleput or the next execute says more
             else:
                 self.p_to(pp, ts, P_UNKNOWN, 0)  # idled, or started for other work
 

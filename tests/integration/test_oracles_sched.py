@@ -169,7 +169,7 @@ def test_steals_are_bounded_by_the_traces_moves(tmp_path: Path, go: str) -> None
     1.06-1.07x the moves with 4 Ps): stolen <= 1.15 x moved."""
     r = oracle_run(tmp_path, go, "-phase", "2s", "-mutex", "0", "-gc-every", "0",
                    "-sleepers", "2", "-net=false", "-spin", "1", "-burst", "128",
-                   gomaxprocs=4, record=True)
+                   gomaxprocs=4, record=True, extra_env={"GOGC": "off"})
     assert r.oracle["numgc"] == 0, "a GC moves runqs to the global queue: no bound then"
     s = events_model(tmp_path / "r.gmp", r.trace.first_ns, r.trace.last_ns).snapshot()
     stolen = s.steals.goroutines
