@@ -61,7 +61,7 @@ TRACE_REASON = {
 }
 
 LOAD = ("-phase", "2s", "-mutex", "2", "-gc-every", "20ms", "-sleepers", "4", "-sleep", "1ms",
-        "-spin", "1", "-gosched", "1", "-blocksys", "2", "-burst", "128")
+        "-spin", "1", "-gosched", "1", "-blocksys", "2")
 
 _RUNS: dict[str, tuple[OracleRun, Any]] = {}
 
@@ -83,6 +83,13 @@ def events_model(rec: Path, since: int, until: int) -> Any:
     return m
 
 
+def whole(r: OracleRun) -> None:
+    """Every event reached the model: a comparison with the trace needs them all (under
+    load, bursts of 128 goroutines every 2 ms once overran gmpmon's reader queue)."""
+    ev = r.summary["events"]
+    assert ev["lost"] == 0 and not ev["dropped"], f"gmpmon lost or dropped events: {ev}"
+
+
 def run(tmp_path_factory: pytest.TempPathFactory, go: str) -> tuple[OracleRun, Any]:
     """The oracle workload under `gmpmon run --mode full` once per version, and gmpmon's
     model of its traced phase."""
@@ -90,6 +97,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, go: str) -> tuple[OracleRun, A
         d = tmp_path_factory.mktemp(f"sched{go}")
         # 4 Ps on this 2-CPU machine: the spinner holds one, and idle ones steal the bursts.
         r = oracle_run(d, go, *LOAD, gomaxprocs=4, record=True)
+        whole(r)
         # The trace's own span (1.22+ traces use nanotime, gmpmon's clock): the workload's
         # start/stop marks lie outside it, and a park or syscall between them is not traced.
         m = events_model(d / "r.gmp", r.trace.first_ns, r.trace.last_ns)
@@ -163,14 +171,15 @@ def test_steals_are_bounded_by_the_traces_moves(tmp_path: Path, go: str) -> None
     of the trace's starts on another P than the one whose event made the G runnable
     ("moved"); other moves go through the global queue (Gosched, preemption, netpoll, and
     a dedicated GC mark worker, which empties its P's runq into the global queue). With no
-    GC, new goroutines (bursts of 128, fewer than a runq holds) move only by a steal: moved
+    GC, new goroutines (bursts of 64, fewer than a runq holds) move only by a steal: moved
     new goroutines <= stolen (5%). A steal takes half the victim's queue into the thief's,
     where another P may steal it again before it runs: one move, two steals (measured
     1.06-1.07x the moves with 4 Ps): stolen <= 1.15 x moved."""
     r = oracle_run(tmp_path, go, "-phase", "2s", "-mutex", "0", "-gc-every", "0",
-                   "-sleepers", "2", "-net=false", "-spin", "1", "-burst", "128",
-                   gomaxprocs=4, record=True, extra_env={"GOGC": "off"})
+                   "-sleepers", "2", "-net=false", "-spin", "1", "-burst", "64",
+                   "-burst-every", "5ms", gomaxprocs=4, record=True, extra_env={"GOGC": "off"})
     assert r.oracle["numgc"] == 0, "a GC moves runqs to the global queue: no bound then"
+    whole(r)
     s = events_model(tmp_path / "r.gmp", r.trace.first_ns, r.trace.last_ns).snapshot()
     stolen = s.steals.goroutines
     tr = r.trace
@@ -230,7 +239,7 @@ def test_p_busy_time_in_every_mode_matches_runtime_trace(
         theirs = sum(tr.p_running_ns.values())
         span = (tr.last_ns - tr.first_ns) * 2
     print(f"\n{mode}: P busy ns gmpmon {ours} of {known} known, trace {theirs} of {span}")
-    assert span > 0.1 * (tr.last_ns - tr.first_ns)
+    assert span >= 2 * 50_000_000, "less than 50 ms of windows (or of trace)"
     assert known >= 0.9 * span, "P states unknown for more than a tenth of the time"
     compare(f"P busy share ({mode}) vs trace", 1e6 * ours / known, 1e6 * theirs / span,
             0.95, 1.05)
