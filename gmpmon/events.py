@@ -42,7 +42,9 @@ SYSCALL_ENTER      G ``g`` enters a syscall on P ``p``. a0 = 1 for ``entersyscal
 SYSCALL_EXIT       G ``g`` returns from a syscall (``exitsyscall``) on M ``m``. ``p`` is the P
                    the M held at entry to exitsyscall (NO_P if it had lost it).
 HANDOFF            P ``p`` handed off from its M (``handoffp``; the M is stuck in a syscall or
-                   blocked). g = goid of the G in the syscall when known.
+                   blocked). g = goid of the G in the syscall when known. a0 = the P's
+                   local runq length, a1 = the global runq's (U64_MAX: unknown; 0 in
+                   recordings made before they were read).
 PREEMPT_REQ        Preemption of the G running on P ``p`` requested (``preemptone``), by
                    sysmon or the GC. g = that G's goid when known.
 PREEMPTED          G ``g`` was preempted (``goschedImpl(gp, true)`` / ``gopreempt_m``) and
@@ -61,6 +63,8 @@ WAKE               G ``g`` becomes runnable without ``ready``: a bare ``casgstat
                    _Grunnable)`` in ``findRunnable`` (netpoll, the GC worker, the trace
                    reader), ``injectglist`` (netpoll batches, GC-assist wake-ups) or the GC
                    controller's ``findRunnableGCWorker``. Fields as READY (a0 = 0).
+                   a0 = 1: back from a syscall without a P (``exitsyscall0``, 1.26+
+                   ``exitsyscallNoP``), a1 = 0, ``p`` = NO_P.
 P_IDLE             P ``p`` put on the idle list (``pidleput``); its M stops or keeps spinning
                    without it. m = tid of the M that put it there (the P's own M giving up in
                    ``findRunnable``, sysmon or a syscall's M in ``handoffp``, the STW caller

@@ -89,6 +89,30 @@ GOPREEMPT_M = _role(
     why="no symbol (inlined since Go 1.26): preemptions are seen at "
     "runtime.goschedImpl with preempted=1 instead",
 )
+# gosched_m(gp *g) (runtime.Gosched and, from 1.21, the GC sweeper's goschedIfBusy), reached
+# by mcall: RAX = gp. Only needed up to 1.21, where goschedImpl(gp) does not say why.
+GOSCHED_M = _role(
+    "runtime.gosched_m", reads=("rax",), required=False,
+    why="no symbol: runtime.Gosched calls (the GC sweeper's among them) get no latency",
+)
+# goyield_m(gp *g) (all versions), by mcall from goyield: a semaphore release that hands
+# the semaphore over (a starving sync.Mutex) puts the releaser on its P's runq. RAX = gp.
+GOYIELD_M = _role(
+    "runtime.goyield_m", reads=("rax",), required=False,
+    why="no symbol: yields of a handed-over semaphore get no latency",
+)
+# The slow way out of a syscall whose P was taken: exitsyscall0(gp *g) (<= 1.25, by mcall)
+# and exitsyscallNoP(gp *g) (1.26+) make the G runnable with a bare casgstatus (from
+# _Gsyscall, resp. _Grunning on 1.26+, to _Grunnable), then queue it globally or run it on an
+# idle P: a goroutine start with no ready().
+EXITSYSCALL0 = _role(
+    "runtime.exitsyscall0", required=False,
+    why="no symbol: goroutines back from a syscall without a P get no latency",
+)
+EXITSYSCALLNOP = _role(
+    "runtime.exitsyscallNoP", required=False,
+    why="no symbol: goroutines back from a syscall without a P get no latency",
+)
 STOPTHEWORLD = _role("runtime.stopTheWorldWithSema", reads=("rax",), rets=True)
 STARTTHEWORLD = _role("runtime.startTheWorldWithSema", reads=ARGS[:5])
 LOCKSLOW = _role(
@@ -210,6 +234,18 @@ PROBES: tuple[Probe, ...] = (
           INJECTGLIST.why, callee="runtime.casgstatus"),
     Probe("wake_gcworker", 25, (GCWORKER,), CALL, HOT, (Kind.WAKE,), "park",
           GCWORKER.why, callee="runtime.casgstatus"),
+    # Running -> Runnable paths up to 1.21 that neither gopreempt_m nor anything else sees:
+    # runtime.Gosched, which the GC's background sweeper calls between spans (215 of every
+    # 1,000 goroutine starts of Debian's Prometheus, go1.19, under wrk).
+    Probe("gosched_m", 26, (GOSCHED_M,), ENTRY, HOT, (Kind.PREEMPTED,), "preempt",
+          GOSCHED_M.why, go=(0, 21)),
+    # goyield_m: the trace records it as a preemption (GoPreempt), so does gmpmon (a0 = 1).
+    Probe("goyield", 27, (GOYIELD_M,), ENTRY, HOT, (Kind.PREEMPTED,), "preempt",
+          GOYIELD_M.why),
+    # Back from a syscall with no P (the C filters old = _Gsyscall or _Grunning, new =
+    # _Grunnable): WAKE with a0 = 1. As rare as the hand-offs whose G finds no P on return.
+    Probe("wake_sysexit", 28, (EXITSYSCALLNOP, EXITSYSCALL0), CALL, HOT, (Kind.WAKE,),
+          "syscall", EXITSYSCALL0.why, callee="runtime.casgstatus"),
 )
 
 HANDLERS: tuple[str, ...] = tuple(p.handler for p in sorted(PROBES, key=lambda p: p.hid))

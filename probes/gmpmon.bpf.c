@@ -403,6 +403,21 @@ static __always_inline int on_wake_gcworker(struct pt_regs *ctx)
     return on_wake(ctx);
 }
 
+/* The `call runtime.casgstatus` in exitsyscall0 (<= 1.25: _Gsyscall -> _Grunnable) or
+ * exitsyscallNoP (1.26+: _Grunning -> _Grunnable): a G back from a syscall found no P and
+ * becomes runnable (global runq, or an idle P at once). RAX=gp, EBX=old, ECX=new. WAKE with
+ * a0 = 1 (from a syscall; the G's waitreason is stale: a1 = 0). */
+static __always_inline int on_wake_sysexit(struct pt_regs *ctx)
+{
+    u32 old = (u32)ctx->bx;
+    if ((u32)ctx->cx != 1 || (old != 2 && old != 3))
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    gm_mark_runnable(goid, now);
+    gm_emit_at(now, GM_WAKE, NO_P, gm_tid(), goid, 1, 0);
+    return 0;
+}
 
 /* Where a new goroutine comes from, read from newg in the same probe hit (two reads, no
  * trap of its own): newproc1 has set newg.startpc (its function) and newg.gopc (the pc after
@@ -503,6 +518,30 @@ static __always_inline int on_gosched(struct pt_regs *ctx)
     return 0;
 }
 
+/* runtime.gosched_m(gp *g) (<=1.21; 1.22+ is seen at goschedImpl with BL=0), on g0, reached
+ * by mcall (RAX = gp): runtime.Gosched and the GC sweeper's goschedIfBusy. The G becomes
+ * runnable (goschedImpl: _Grunning -> _Grunnable, global runq). */
+static __always_inline int on_gosched_m(struct pt_regs *ctx)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    gm_mark_runnable(goid, now);
+    gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 0, 0);
+    return 0;
+}
+
+/* runtime.goyield_m(gp *g) (all versions), on g0 by mcall (RAX = gp): semrelease handed the
+ * semaphore to a waiter and yields (_Grunning -> _Grunnable, its P's runq). The runtime's
+ * trace calls it a preemption (GoPreempt): a0 = 1. */
+static __always_inline int on_goyield(struct pt_regs *ctx)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 goid = gm_goid(ctx->ax);
+    gm_mark_runnable(goid, now);
+    gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 1, 0);
+    return 0;
+}
+
 /* runqsteal(pp, p2 *p, stealRunNextG bool) *g, entry, on g0: RAX=thief P, RBX=victim P.
  * Remembered per M until the runqgrab result site below. */
 static __always_inline int on_steal_try(struct pt_regs *ctx)
@@ -549,7 +588,10 @@ static __always_inline int on_pidleput(struct pt_regs *ctx)
 
 /* ---- cold probes (every mode) -------------------------------------------------------- */
 
-/* runtime.handoffp(pp *p), on sysmon's M (retake) or g0: RAX=P, already taken from its M. */
+/* runtime.handoffp(pp *p), on sysmon's M (retake) or g0: RAX=P, already taken from its M.
+ * a0 = the P's local runq length, a1 = the global runq's (-1: unknown): handoffp starts an
+ * M for the P at once when either has work, which is what tells the P's state without the
+ * hot probes. */
 static __always_inline int on_handoffp(struct pt_regs *ctx)
 {
     s32 pid = gm_pid(ctx->ax);
@@ -557,7 +599,7 @@ static __always_inline int on_handoffp(struct pt_regs *ctx)
     u64 *g = sys_g.lookup(&pid);
     if (g)
         goid = *g;
-    gm_emit(GM_HANDOFF, pid, gm_tid(), goid, 0, 0);
+    gm_emit(GM_HANDOFF, pid, gm_tid(), goid, gm_runqlen(ctx->ax), gm_globrunq());
     return 0;
 }
 
@@ -776,6 +818,9 @@ int gmpmon_probe(struct pt_regs *ctx)
     case H_WAKE_SCHED: return on_wake_sched(ctx);
     case H_WAKE_INJECT: return on_wake_inject(ctx);
     case H_WAKE_GCWORKER: return on_wake_gcworker(ctx);
+    case H_GOSCHED_M: return on_gosched_m(ctx);
+    case H_GOYIELD: return on_goyield(ctx);
+    case H_WAKE_SYSEXIT: return on_wake_sysexit(ctx);
     }
     return 0;
 }
@@ -819,4 +864,7 @@ GM_PROBE(sema_exit, H_SEMA_EXIT)
 GM_PROBE(wake_sched, H_WAKE_SCHED)
 GM_PROBE(wake_inject, H_WAKE_INJECT)
 GM_PROBE(wake_gcworker, H_WAKE_GCWORKER)
+GM_PROBE(gosched_m, H_GOSCHED_M)
+GM_PROBE(goyield, H_GOYIELD)
+GM_PROBE(wake_sysexit, H_WAKE_SYSEXIT)
 #endif /* GM_PERF_FALLBACK */

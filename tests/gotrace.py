@@ -9,8 +9,17 @@ lines after it. ``parse_trace`` streams that text once and keeps what the tests 
 - ``latencies``: for each G that became Runnable (from Waiting, NotExist or Running) and then
   ran, the time in between, with where it came from: the trace's scheduling latency;
 - ``starts_by_p``: Runnable->Running per P; ``created``; ``parks`` by wait reason;
-  ``transitions``: every goroutine state transition, counted by (from, to).
-  ``syscalls``: Running->Syscall.
+  ``transitions``: every goroutine state transition, counted by (from, to);
+  ``syscalls``: Running->Syscall;
+- ``to_runnable``: Running->Runnable by reason ("preempted", "runtime.Gosched");
+- ``proc_steals``: Ps taken from a goroutine in a syscall (the P's Syscall->Idle: ProcSteal);
+- ``created_at``: goid -> when it was created (to line gmpmon's clock up with a trace whose
+  times are relative to its start);
+- ``moved``: starts on another P than the one whose event made the G runnable (a steal, or
+  the global queue: the trace does not record runq steals themselves).
+
+Latencies count from Waiting, NotExist, Running and Syscall (a G back from a syscall
+without a P is queued: Syscall->Runnable).
 
 Times are the runtime's nanotime (CLOCK_MONOTONIC), the clock gmpmon's BPF timestamps use.
 """
@@ -28,6 +37,7 @@ from tests.gotargets import ensure_go
 _HEAD = re.compile(r"^M=(-?\d+) P=(-?\d+) G=(-?\d+) (\w+) Time=(\d+)")
 _TRANSITION = re.compile(r"GoID=(\d+) (\w+)->(\w+) Reason=\"([^\"]*)\"")
 _NAME = re.compile(r'Name="([^"]*)"')
+_PROC = re.compile(r"ProcID=(\d+) (\w+)->(\w+)")
 
 
 @dataclass
@@ -40,7 +50,21 @@ class TraceFacts:
     # every goroutine transition, (from, to): ("Running", "Syscall") is a syscall or cgo call
     # entered, ("Syscall", "Runnable") one left without a P (it was retaken meanwhile)
     transitions: Counter[tuple[str, str]] = field(default_factory=Counter)
-    syscalls: int = 0  # Running->Syscall (entersyscall)
+    to_runnable: Counter[str] = field(default_factory=Counter)
+    proc_steals: int = 0
+    created_at: dict[int, int] = field(default_factory=dict)
+    moved: int = 0
+    syscalls: int = 0  # Running->Syscall
+    syscall_lost_p: int = 0  # Syscall->Runnable: back from a syscall without its P
+    lost_p_spans: list[tuple[int, int]] = field(default_factory=list)  # (enter, exit) of those
+    moved_created: int = 0  # moved starts of new goroutines (queued on their creator's P)
+    p_running_ns: Counter[int] = field(default_factory=Counter)  # P id -> ns held by an M
+    p_running: list[tuple[int, int, int]] = field(default_factory=list)  # (P, begin, end)
+
+    def p_running_within(self, spans: list[tuple[int, int]]) -> int:
+        """ns the Ps were Running within the given (begin, end) spans (disjoint)."""
+        return sum(max(0, min(e, we) - max(b, wb))
+                   for _, b, e in self.p_running for wb, we in spans)
     first_ns: int = 0
     last_ns: int = 0
 
@@ -68,6 +92,9 @@ def parse_trace(path: Path) -> TraceFacts:
     go = ensure_go("1.27")
     facts = TraceFacts()
     runnable_at: dict[int, tuple[str, int]] = {}
+    runnable_p: dict[int, int] = {}
+    in_syscall: dict[int, int] = {}
+    p_since: dict[int, int] = {}  # P id -> when it went Running
     open_ranges: dict[tuple[int, str], int] = {}
     with subprocess.Popen(
         [str(go), "tool", "trace", "-d=parsed", str(path)],
@@ -87,21 +114,48 @@ def parse_trace(path: Path) -> TraceFacts:
             if kind == "StateTransition":
                 t = _TRANSITION.search(line, h.end())
                 if t is None:
-                    continue  # a P's transition (ProcID=...)
+                    pt = _PROC.search(line, h.end())
+                    if pt is None:
+                        continue
+                    pid, pold, pnew = int(pt.group(1)), pt.group(2), pt.group(3)
+                    if pold == "Syscall" and pnew == "Idle":
+                        facts.proc_steals += 1
+                    if pnew == "Running" and pid not in p_since:
+                        p_since[pid] = ts
+                    elif pnew != "Running" and pid in p_since:
+                        began = p_since.pop(pid)
+                        facts.p_running_ns[pid] += ts - began
+                        facts.p_running.append((pid, began, ts))
+                    continue
                 goid, old, new, reason = int(t.group(1)), t.group(2), t.group(3), t.group(4)
                 facts.transitions[(old, new)] += 1
                 if new == "Runnable":
-                    if old in ("Waiting", "NotExist", "Running"):
+                    if old in ("Waiting", "NotExist", "Running", "Syscall"):
                         runnable_at[goid] = (old, ts)
+                        runnable_p[goid] = int(h.group(2))
                     if old == "NotExist":
                         facts.created += 1
+                        facts.created_at[goid] = ts
+                    elif old == "Running":
+                        facts.to_runnable[reason] += 1
+                    elif old == "Syscall":
+                        facts.syscall_lost_p += 1
+                        if goid in in_syscall:
+                            facts.lost_p_spans.append((in_syscall.pop(goid), ts))
+                elif new == "Syscall" and old == "Running":
+                    facts.syscalls += 1
+                    in_syscall[goid] = ts
                 elif new == "Running" and old == "Runnable":
-                    facts.starts_by_p[int(h.group(2))] += 1
+                    on_p = int(h.group(2))
+                    facts.starts_by_p[on_p] += 1
                     was = runnable_at.pop(goid, None)
                     if was is not None:
                         facts.latencies.append((was[0], ts - was[1]))
-                elif new == "Syscall" and old == "Running":
-                    facts.syscalls += 1
+                    made_on = runnable_p.pop(goid, -1)
+                    if made_on >= 0 and made_on != on_p:
+                        facts.moved += 1
+                        if was is not None and was[0] == "NotExist":
+                            facts.moved_created += 1
                 elif new == "Waiting" and old == "Running":
                     facts.parks[reason] += 1
                     runnable_at.pop(goid, None)
@@ -114,6 +168,9 @@ def parse_trace(path: Path) -> TraceFacts:
                     open_ranges[key] = ts
                 elif key in open_ranges:
                     facts.stw.append((n.group(1), open_ranges.pop(key), ts))
+        for pid, since in p_since.items():
+            facts.p_running_ns[pid] += facts.last_ns - since
+            facts.p_running.append((pid, since, facts.last_ns))
         err = p.stderr.read() if p.stderr else ""
     if p.returncode != 0:
         raise RuntimeError(f"go tool trace -d=parsed {path} failed: {err[-2000:]}")

@@ -70,7 +70,8 @@ DEBUG = os.environ.get("GMPMON_DEBUG_HOTCTL", "") not in ("", "0")
 # into a link last (Controller.site_order).
 STATIC_HEAT = {"execute": 9, "findrunnable": 9, "gopark": 8, "ready": 8, "wake_sched": 7,
                "pidleput": 6, "steal_try": 6, "sysenter": 5, "sysexit": 5, "gocreate": 4,
-               "goexit": 4, "sema_enter": 3, "sema_exit": 3, "gosched": 2, "steal_got": 2}
+               "goexit": 4, "sema_enter": 3, "sema_exit": 3, "gosched": 2, "gosched_m": 2,
+               "steal_got": 2}
 
 
 @dataclass

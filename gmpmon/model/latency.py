@@ -17,7 +17,7 @@ from gmpmon.model.snapshot import LatencyStats
 
 
 class P(Protocol):
-    """The latency fields of the state machine's P (gmpmon.model.sched.P)."""
+    """The latency fields of the state machine's P (gmpmon.model.gp.P)."""
 
     lat: list[int]
     lat_sum: int

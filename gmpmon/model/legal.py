@@ -39,6 +39,8 @@ LEGAL_P: dict[int, tuple[frozenset[int], int]] = {
     # restarted, or a repeat.
     Kind.P_IDLE: (frozenset({P_UNKNOWN, P_SEARCHING, P_IDLE, P_SYSCALL, P_GCSTOP}), P_IDLE),
     Kind.FIND_RUNNABLE: (ANY_P, P_SEARCHING),  # a G left by a path not probed: no violation
+    # handoffp: idle, or SEARCHING when its runq or the global one has work (startm); in
+    # sample mode without work, UNKNOWN until the next status read (sched.on_handoff).
     Kind.HANDOFF: (ANY_P, P_IDLE),
     Kind.SYSCALL_ENTER: (ANY_P, P_SYSCALL),
     Kind.STW_START: (ANY_P, P_GCSTOP),

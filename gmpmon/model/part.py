@@ -48,7 +48,9 @@ class Context:
 WAKE_CREATED = -1
 WAKE_PREEMPTED = -2
 WAKE_GOSCHED = -3
-WAKE_NAMES = {WAKE_CREATED: "created", WAKE_PREEMPTED: "preempted", WAKE_GOSCHED: "gosched"}
+WAKE_SYSCALL = -4  # back from a syscall without a P (WAKE a0 = 1)
+WAKE_NAMES = {WAKE_CREATED: "created", WAKE_PREEMPTED: "preempted", WAKE_GOSCHED: "gosched",
+              WAKE_SYSCALL: "syscall"}
 
 
 class Part:

@@ -5,8 +5,9 @@
 - A P's span is closed by P transitions *and* by goroutine transitions on that P: EXECUTE
   opens RUNNING(goid); PARK / PREEMPTED / GO_EXIT close it (the M goes back into the
   scheduler: SEARCHING); SYSCALL_ENTER opens SYSCALL(goid); HANDOFF takes the P away from a
-  syscall (IDLE until an M picks it up); P_IDLE (``pidleput``) ends a failed search (IDLE until
-  the next FIND_RUNNABLE/EXECUTE on it); STW_START..STW_END puts every P in GCSTOP.
+  syscall (SEARCHING when work is queued for it, else IDLE); P_IDLE (``pidleput``) ends a
+  failed search (IDLE until the next FIND_RUNNABLE/EXECUTE on it); STW_START..STW_END puts
+  every P in GCSTOP.
 - G and P transitions are checked against one table each (model/legal.py: LEGAL_G, LEGAL_P);
   a violation (a missed or reordered event) is counted by kind (G, P, corrupt id), the state
   moves on, nothing raises.
@@ -24,8 +25,8 @@ from collections import deque
 from collections.abc import Iterable
 
 from gmpmon.events import LAT_BUCKETS, NO_G, U64_MAX, EventTuple, Kind
-from gmpmon.model import hist as h
 from gmpmon.model.evidence import LONG_RUN_NS, FindingsTracker
+from gmpmon.model.gp import G, P
 from gmpmon.model.latency import Latency
 from gmpmon.model.legal import (
     G_DEAD,
@@ -52,13 +53,14 @@ from gmpmon.model.part import (
     WAKE_CREATED,
     WAKE_GOSCHED,
     WAKE_PREEMPTED,
+    WAKE_SYSCALL,
     Context,
     Handler,
     Part,
     View,
 )
 from gmpmon.model.pstatus import p_status_decoder
-from gmpmon.model.snapshot import GState, Span
+from gmpmon.model.snapshot import GState
 
 _GSTATES = tuple(GState)
 
@@ -72,79 +74,6 @@ MAX_PROCS = 1 << 14  # P ids at or above this are treated as corrupt input
 # Violations by kind (Snapshot.violations).
 V_G, V_P, V_CORRUPT = 0, 1, 2
 VIOLATION_NAMES = ("g", "p", "corrupt_id")
-
-
-class G:
-    __slots__ = (
-        "epoch",
-        "executes",
-        "goid",
-        "p",
-        "parent",
-        "park_ts",
-        "ready_ts",
-        "reason",
-        "since",
-        "site",
-        "state",
-        "wait_ns",
-        "wake",
-    )
-
-    def __init__(self, goid: int, ts: int, epoch: int) -> None:
-        self.goid = goid
-        self.state = G_UNKNOWN
-        self.p = -1
-        self.reason = -1  # last wait-reason index
-        self.since = ts
-        self.parent = 0
-        self.executes = 0
-        self.wait_ns = 0
-        self.ready_ts = -1  # became runnable at (latency clock), -1 none
-        self.wake = 0  # why it became runnable (wait reason or WAKE_*)
-        self.park_ts = -1
-        self.epoch = epoch
-        self.site = 0  # go site stack id (start function, creator, file:line), 0 unknown
-
-
-class P:
-    __slots__ = (
-        "after",
-        "exact",
-        "executes",
-        "goid",
-        "id",
-        "lat",
-        "lat_counter",
-        "lat_max",
-        "lat_sum",
-        "m",
-        "runq",
-        "since",
-        "span_views",
-        "state",
-        "timeline",
-        "times",
-    )
-
-    def __init__(self, pid: int, ts: int, max_spans: int) -> None:
-        self.id = pid
-        self.state = P_UNKNOWN
-        self.goid = 0
-        self.since = ts
-        self.exact = True  # the open span's time counts in ``times``
-        self.m = 0
-        self.runq = 0
-        self.times = [0] * 6  # ns per PState
-        self.executes = 0
-        self.timeline: deque[tuple[int, int, int, int]] = deque(maxlen=max_spans)
-        self.span_views: deque[Span] = deque()  # the snapshot's Spans of it (model/view.py)
-        # The latency part's per-P histograms (kept here: one attribute, no lookup, per hit)
-        self.lat = h.new_hist()  # event-derived
-        self.lat_sum = 0
-        self.lat_max = 0
-        self.lat_counter = h.new_hist()  # COUNTER SCHED_LAT
-        self.after: tuple[int, int] = (P_UNKNOWN, 0)  # state to resume at STW_END
 
 
 class Sched(Part):
@@ -200,7 +129,7 @@ class Sched(Part):
             (Kind.FIND_RUNNABLE, self.on_find_runnable),
             (Kind.PARK, self.on_park),
             (Kind.READY, self.on_ready),
-            (Kind.WAKE, self.on_ready),  # the same, without ready(): netpoll, GC workers
+            (Kind.WAKE, self.on_wake),  # the same, without ready(): netpoll, GC workers
             (Kind.GO_CREATE, self.on_go_create),
             (Kind.GO_EXIT, self.on_go_exit),
             (Kind.CENSUS_G, self.on_census_g),
@@ -417,6 +346,12 @@ class Sched(Part):
         gg.ready_ts = ts
         gg.wake = a1
 
+    def on_wake(self, e: EventTuple) -> None:
+        if not e[5]:
+            return self.on_ready(e)
+        gg = self.g(e[4], e[0])  # a0 = 1: back from a syscall without a P (exitsyscall0)
+        gg.state, gg.since, gg.ready_ts, gg.wake = G_RUNNABLE, e[0], e[0], WAKE_SYSCALL
+
     def on_go_create(self, e: EventTuple) -> None:
         ts, _, _p, _m, g, a0, a1 = e
         gg = self.g(g, ts)
@@ -492,7 +427,12 @@ class Sched(Part):
                 # later, then the G's EXECUTE on P0 by another M).
                 gg.state = G_UNKNOWN
             pp.m = 0
-            self.p_to(pp, ts, P_IDLE, 0)
+            # handoffp starts an M for a P with work in its runq or the global one (a0, a1);
+            # idle until the next status read read busy Ps as 68-76% busy in sample mode.
+            if e[5] or 0 < e[6] < U64_MAX:
+                self.p_to(pp, ts, P_SEARCHING, 0)
+            else:  # idle (pidleput), or started for other work: unknown without the probes
+                self.p_to(pp, ts, P_IDLE if self.hot else P_UNKNOWN, 0)
 
     def on_p_idle(self, e: EventTuple) -> None:
         ts, _, p, _m, _g, _a0, _a1 = e

@@ -9,6 +9,7 @@ import itertools
 from typing import Any, Protocol
 
 from gmpmon.events import Header
+from gmpmon.model.gp import G, P
 from gmpmon.model.latency import Latency
 from gmpmon.model.legal import (
     G_DEAD,
@@ -21,7 +22,7 @@ from gmpmon.model.legal import (
     P_UNKNOWN,
 )
 from gmpmon.model.part import Context, Part, View
-from gmpmon.model.sched import G, P, Sched
+from gmpmon.model.sched import Sched
 from gmpmon.model.snapshot import GoroutineView, GState, ProcView, PState, Snapshot, Span
 from gmpmon.model.steals import Steals
 

@@ -41,7 +41,8 @@ class OracleRun:
 
 
 def oracle_run(
-    tmp_path: Path, go: str, *args: str, gomaxprocs: int = 2, record: bool = False
+    tmp_path: Path, go: str, *args: str, gomaxprocs: int = 2, record: bool = False,
+    mode: str = "full", gm_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
 ) -> OracleRun:
     exe = tmp_path / "oracle"
     exe.write_bytes(build("oracle", go).read_bytes())
@@ -49,10 +50,11 @@ def oracle_run(
     summary = tmp_path / "s.json"
     tr = tmp_path / "trace.out"
     p = subprocess.run(
-        [*GM, "run", "--mode", "full", "--no-tui", "--summary-json", str(summary),
+        [*GM, "run", "--mode", mode, "--no-tui", "--summary-json", str(summary), *gm_args,
          *(("--record", str(tmp_path / "r.gmp")) if record else ()), "--",
          str(exe), "-trace-phase", str(tr), *args],
-        capture_output=True, text=True, timeout=TIMEOUT, env=env(GOMAXPROCS=str(gomaxprocs)),
+        capture_output=True, text=True, timeout=TIMEOUT,
+        env=env(GOMAXPROCS=str(gomaxprocs), **(extra_env or {})),
     )
     assert p.returncode == 0, p.stderr[-2000:]
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("oracle "))

@@ -48,6 +48,11 @@ var (
 	hold     = flag.Duration("hold", 20*time.Microsecond, "how long the mutex is held")
 	gcEvery  = flag.Duration("gc-every", 50*time.Millisecond, "runtime.GC() period (0: none)")
 	spinG    = flag.Int("spin", 0, "CPU-burning goroutines")
+	yieldG   = flag.Int("gosched", 0, "goroutines that work a little and call runtime.Gosched")
+	burstN   = flag.Int("burst", 0, "goroutines created in a burst every -burst-every (work stealing)")
+	burstD   = flag.Duration("burst-every", 2*time.Millisecond, "period of the bursts")
+	blockG   = flag.Int("blocksys", 0, "goroutines in blocking nanosleep(2) loops (P hand-offs)")
+	blockD   = flag.Duration("blocksys-d", 2*time.Millisecond, "each blocking syscall")
 	mutexMu  sync.Mutex
 	sink     []byte
 )
@@ -318,6 +323,68 @@ func main() {
 			}
 		}()
 	}
+	var blocked int64
+	if *burstN > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(*burstD)
+			defer t.Stop()
+			var bw sync.WaitGroup
+			for {
+				select {
+				case <-stop:
+					bw.Wait()
+					return
+				case <-t.C:
+				}
+				for i := 0; i < *burstN; i++ {
+					bw.Add(1)
+					go func() {
+						defer bw.Done()
+						gate.Work(20000)
+					}()
+				}
+				bw.Wait()
+			}
+		}()
+	}
+	for i := 0; i < *yieldG; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				gate.Work(5000)
+				runtime.Gosched()
+			}
+		}()
+	}
+	for i := 0; i < *blockG; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ts := syscall.NsecToTimespec(int64(*blockD))
+			n := int64(0)
+			for {
+				select {
+				case <-stop:
+					cnt.Lock()
+					blocked += n
+					cnt.Unlock()
+					return
+				default:
+				}
+				gate.Work(20000) // some work on the P, so that the P has something to hand off
+				_ = syscall.Nanosleep(&ts, nil)
+				n++
+			}
+		}()
+	}
 	if *netOn {
 		wg.Add(1)
 		go netPingPong(stop, &wg, &pings)
@@ -357,6 +424,7 @@ func main() {
 		"gomaxprocs":             runtime.GOMAXPROCS(0),
 		"phase_ns":               elapsed.Nanoseconds(),
 		"start_mono":             startMono,
+		"blocking_syscalls":      blocked,
 		"stop_mono":              stopMono,
 		"schedstat_cpu_ns":       cpu1 - cpu0,
 		"schedstat_wait_ns":      wait1 - wait0,
