@@ -78,12 +78,13 @@ def take(pid: int, include_system: bool = False) -> Dump:
 
 def run(args: argparse.Namespace) -> int:
     # One dump, as soon as it can: on a saturated machine (64 busy target threads on 2
-    # CPUs) a nice-0 gmpmon got ~1/30 of a CPU and took minutes for 100k goroutines.
-    old = priority.boost()
-    try:
-        dump = take(args.pid, args.system)
-    finally:
-        priority.restore(old)
+    # CPUs) a nice-0 gmpmon got ~1/30 of a CPU and took minutes for 100k goroutines. cli.main
+    # boosted the start (imports, reading the binary); the output stays boosted too (at nice
+    # 0 writing and freeing 100k goroutines took 30 s there), and cli.entry ends with
+    # os._exit, as after attach.
+    if priority.BOOSTED is None:
+        priority.BOOSTED = priority.boost()
+    dump = take(args.pid, args.system)
     if args.json:
         json.dump(to_json(dump, grouped=args.group), sys.stdout, indent=1)
         sys.stdout.write("\n")
