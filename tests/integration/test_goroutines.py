@@ -206,3 +206,32 @@ def test_caddy_matches_debug2(tmp_path: Path) -> None:
     assert res.parked >= 5, res.line()
     for n in (res.present, res.same_frames, res.same_reason, res.same_text):
         assert n >= 0.99 * res.parked, (res.line(), res.mismatches[:10])
+
+
+def test_dump_whole_at_100k_while_woken() -> None:
+    """The `scale` workload: 100,000 goroutines parked on their own channels, 64 wakers on
+    64 Ps waking random ones (2 CPUs): every goroutine is in the dump (a woken one is
+    runnable or running in the same function), read in batches within seconds."""
+    exe = gotargets.build("scale", go="1.27", mode="default")
+    p = subprocess.Popen([str(exe), "-t", "600s"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line.strip() == "ready":
+                break
+        r = gmpmon("goroutines", str(p.pid), "--json", "--group")
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    parked = sum(g["count"] for g in doc["groups"]
+                 if g["status"] == "waiting" and g["wait_reason"] == "chan receive"
+                 and g["frames"] and g["frames"][0]["func"] == "main.main.func1")
+    workers = sum(g["count"] for g in doc["groups"]
+                  if g["frames"] and g["frames"][-1]["func"] == "main.main.func1"
+                  or g["status"] == "running")  # running: no stack taken
+    print(f"scale 100k: {doc['goroutines_shown']} shown, {parked} parked in chan receive, "
+          f"read in {doc['seconds']:.2f} s")
+    assert parked >= 0.99 * 100_000 and workers >= 0.995 * 100_000, (parked, workers)
+    assert doc["seconds"] < 20
