@@ -229,7 +229,7 @@ def test_dump_whole_at_100k_while_woken() -> None:
                  if g["status"] == "waiting" and g["wait_reason"] == "chan receive"
                  and g["frames"] and g["frames"][0]["func"] == "main.main.func1")
     workers = sum(g["count"] for g in doc["groups"]
-                  if g["frames"] and g["frames"][-1]["func"] == "main.main.func1"
+                  if (g["frames"] and g["frames"][-1]["func"] == "main.main.func1")
                   or g["status"] == "running")  # running: no stack taken
     print(f"scale 100k: {doc['goroutines_shown']} shown, {parked} parked in chan receive, "
           f"read in {doc['seconds']:.2f} s")
