@@ -235,3 +235,21 @@ def test_dump_whole_at_100k_while_woken() -> None:
           f"read in {doc['seconds']:.2f} s")
     assert parked >= 0.99 * 100_000 and workers >= 0.995 * 100_000, (parked, workers)
     assert doc["seconds"] < 20
+
+
+@pytest.mark.bpf
+def test_running_goroutines_from_perf_samples() -> None:
+    """--sample: the two spinning goroutines' stacks come from perf samples (R14 = their g)."""
+    p, _port = start_stacks("1.27", "stripped", "-each", "1")
+    try:
+        r = gmpmon("goroutines", str(p.pid), "--sample", "2", "--json")
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    spinning = [g for g in json.loads(r.stdout)["goroutines"] if g["status"] == "running"
+                and g["created_by"] and g["created_by"]["line"] == 135]
+    assert len(spinning) == 2
+    sampled = [g for g in spinning if g["stack"] == "sampled"]
+    assert sampled, spinning  # 2 s at 999 Hz catch a goroutine that never stops spinning
+    assert all(g["frames"][0]["func"] == "main.spin" and g["p"] is not None for g in sampled)
