@@ -24,11 +24,12 @@ import pytest
 from tests import gotargets
 from tests.goroutine_oracle import compare, fetch, free_port
 
-VERSIONS = ("1.19", "1.21", "1.27")
 MODES = ("default", "stripped", "pie")
 CI = (("1.27", "default"), ("1.19", "default"), ("1.27", "stripped"), ("1.19", "pie"),
       ("1.21", "stripped"))
-PAIRS = [(v, m) for v in VERSIONS for m in MODES] if gotargets.full_matrix() else list(CI)
+# --full: every supported Go (1.19, 1.21-1.27) x default, stripped, PIE
+PAIRS = ([(v, m) for v in gotargets.ALL_VERSIONS for m in MODES] if gotargets.full_matrix()
+         else list(CI))
 
 
 def gmpmon(*args: str) -> subprocess.CompletedProcess[str]:
