@@ -70,7 +70,7 @@ def entry() -> None:
     runs at the attach's raised priority: at its own, beside 64 busy target threads on 2
     CPUs, it took up to 0.5 s."""
     code = main()
-    if _chosen_command(sys.argv[1:]) in ("attach", "run"):
+    if _chosen_command(sys.argv[1:]) in ("attach", "run", "goroutines"):
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # a closed pipe: nothing more to say
                 stream.flush()
@@ -83,10 +83,10 @@ def entry() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if _chosen_command(argv) in ("attach", "run"):
+    if _chosen_command(argv) in ("attach", "run", "goroutines"):
         from gmpmon import priority
 
-        # Until attached (the command restores it): see gmpmon/priority.py.
+        # Until attached, or the dump read (the command restores it): gmpmon/priority.py.
         priority.BOOSTED = priority.boost()
     try:
         args = build_parser(_chosen_command(argv)).parse_args(argv)

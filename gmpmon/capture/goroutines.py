@@ -25,6 +25,7 @@ from gmpmon.capture.targetmem import MAX_GOROUTINES, TargetMemory, check_count
 from gmpmon.errors import MissingSymbolsError
 
 G_RUNNING, G_SYSCALL, G_WAITING, G_DEAD = 2, 3, 4, 6
+SAMPLED = "sampled"  # Goroutine.unwind of a running G whose stack came from a perf sample
 MAX_STACK_READ = 1 << 20  # bytes of one goroutine's stack read at most (deeper: truncated)
 _USER_RUNTIME = frozenset({"runtime.main", "runtime.corostart", "runtime.handleAsyncEvent"})
 _FIELDS = (  # name, offset key, struct code; optional ones may be absent
@@ -260,6 +261,25 @@ class GoroutineReader:
                 created = f
         self._creators[gopc] = created
         return created
+
+    def add_samples(self, dump: Dump, pcs_of: dict[int, list[int]]) -> int:
+        """Frames for running goroutines from sampled user stacks ({goid: pcs, leaf first,
+        runtime addresses}: capture/runstacks.py); the leaf trapped, the others are return
+        addresses. Returns how many goroutines got a stack."""
+        n = 0
+        for g in dump.goroutines:
+            pcs = pcs_of.get(g.goid)
+            if g.status_code != G_RUNNING or not pcs:
+                continue
+            frames: list[Frame] = []
+            for i, pc in enumerate(pcs):
+                got = self.uw.physical(pc - self.bias, i == 0)
+                if got is None:
+                    break
+                frames.extend(got[0])
+            g.frames, g.shown, g.unwind = frames, self._filter(frames), SAMPLED
+            n += 1
+        return n
 
     def _shown(self, frames: list[Frame]) -> list[Frame]:
         key = tuple(map(id, frames))  # Frames come from the unwinder's cache: ids are stable

@@ -18,7 +18,7 @@ from gmpmon.binary.elf import Elf
 from gmpmon.binary.load import read_file
 from gmpmon.binary.unwind import Unwinder
 from gmpmon.binary.validate import trusted
-from gmpmon.capture.goroutines import Dump, GoroutineReader
+from gmpmon.capture.goroutines import G_RUNNING, Dump, GoroutineReader
 from gmpmon.capture.sampler import check_layout
 from gmpmon.capture.targetmem import TargetMemory, running
 from gmpmon.errors import MissingSymbolsError, PermissionDenied, TargetError
@@ -30,6 +30,7 @@ examples:
   sudo gmpmon goroutines 1234 --group      # identical stacks folded, largest group first
   sudo gmpmon goroutines 1234 --json       # the same, structured (with --group: groups)
   sudo gmpmon goroutines 1234 --system     # also the runtime's own goroutines
+  sudo gmpmon goroutines 1234 --sample 0.5 # running goroutines' stacks from perf samples
 """
 
 
@@ -49,11 +50,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--system", action="store_true",
                    help="also the runtime's goroutines, and runtime frames in every stack "
                    "(as GOTRACEBACK=system shows them)")
+    p.add_argument("--sample", type=float, default=0.0, metavar="SECONDS",
+                   help="stacks of running goroutines from perf samples (BPF), taken for at "
+                   "most SECONDS after the read (default 0: none)")
     p.set_defaults(func=run)
 
 
-def take(pid: int, include_system: bool = False) -> Dump:
-    """One dump of a live process."""
+def take(pid: int, include_system: bool = False, sample_s: float = 0.0) -> Dump:
+    """One dump of a live process; ``sample_s``: running goroutines' stacks from perf
+    samples taken for at most that long."""
     info = load_pid(pid, readers_only=True)
     layout = check_layout(info, pid, ("allgs",))
     if not layout.ok("allgs"):
@@ -67,7 +72,14 @@ def take(pid: int, include_system: bool = False) -> Dump:
     except FileNotFoundError as e:
         raise TargetError(f"no process with pid {pid}") from e
     try:
-        return GoroutineReader(info, mem, unwinder).read(include_system)
+        reader = GoroutineReader(info, mem, unwinder)
+        dump = reader.read(include_system)
+        on_cpu = {g.goid for g in dump.goroutines if g.status_code == G_RUNNING}
+        if sample_s > 0 and on_cpu:
+            from gmpmon.capture.runstacks import running_stacks  # BCC: only when asked
+
+            reader.add_samples(dump, running_stacks(info, pid, on_cpu, sample_s))
+        return dump
     except OSError as e:
         if not running(pid):
             raise TargetError(f"process {pid} exited while its goroutines were read") from e
@@ -78,12 +90,13 @@ def take(pid: int, include_system: bool = False) -> Dump:
 
 def run(args: argparse.Namespace) -> int:
     # One dump, as soon as it can: on a saturated machine (64 busy target threads on 2
-    # CPUs) a nice-0 gmpmon got ~1/30 of a CPU and took minutes for 100k goroutines.
-    old = priority.boost()
-    try:
-        dump = take(args.pid, args.system)
-    finally:
-        priority.restore(old)
+    # CPUs) a nice-0 gmpmon got ~1/30 of a CPU and took minutes for 100k goroutines. cli.main
+    # boosted the start (imports, reading the binary); the output stays boosted too (at nice
+    # 0 writing and freeing 100k goroutines took 30 s there), and cli.entry ends with
+    # os._exit, as after attach.
+    if priority.BOOSTED is None:
+        priority.BOOSTED = priority.boost()
+    dump = take(args.pid, args.system, args.sample)
     if args.json:
         json.dump(to_json(dump, grouped=args.group), sys.stdout, indent=1)
         sys.stdout.write("\n")

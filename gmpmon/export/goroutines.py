@@ -13,9 +13,11 @@ Go's dumps read this one:
         gmpmon/targets/stacks/main.go:115 +0x33b
 
 Arguments are not read: every frame prints ``(...)`` (Go's form for an inlined frame).
-A goroutine running at the moment of the read has no saved stack: ``stack not taken:
-running on P n``. One whose stack moved under every read says ``changed while read`` in its
-header; one whose unwind stopped early ends with ``...stack not complete: <why>...``.
+A goroutine running at the moment of the read has no saved stack: with ``--sample`` its
+frames come from the last perf sample that caught it (``...stack from a perf sample: running
+on P n...``), else ``stack not taken: running on P n``. One whose stack moved under every
+read says ``changed while read`` in its header; one whose unwind stopped early ends with
+``...stack not complete: <why>...``.
 
 ``grouped_text`` folds identical stacks (state, frames, creation site) with their counts,
 largest first, like ``debug=1`` and panicparse; ``to_json`` is either, structured.
@@ -26,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from gmpmon.binary.unwind import OK, Frame
-from gmpmon.capture.goroutines import Dump, Goroutine
+from gmpmon.capture.goroutines import SAMPLED, Dump, Goroutine
 
 JSON_SCHEMA = 1
 INNER, OUTER = 50, 50  # the runtime prints at most 50 innermost + 50 outermost frames
@@ -68,8 +70,11 @@ def _created_lines(g: Goroutine) -> str:
 def stack_text(g: Goroutine) -> str:
     """The lines after the header."""
     out = []
-    if g.status_code == 2:
-        where = f" on P {g.p}" if g.p is not None else ""
+    where = f" on P {g.p}" if g.p is not None else ""
+    if g.status_code == 2 and g.unwind == SAMPLED:
+        out += [_frame_lines(f) for f in g.shown[:INNER + OUTER]]
+        out.append(f"...stack from a perf sample: running{where}...\n")
+    elif g.status_code == 2:
         out.append(f"\tstack not taken: running{where}\n")
     else:
         frames = g.shown

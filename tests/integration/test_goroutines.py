@@ -24,11 +24,12 @@ import pytest
 from tests import gotargets
 from tests.goroutine_oracle import compare, fetch, free_port
 
-VERSIONS = ("1.19", "1.21", "1.27")
 MODES = ("default", "stripped", "pie")
 CI = (("1.27", "default"), ("1.19", "default"), ("1.27", "stripped"), ("1.19", "pie"),
       ("1.21", "stripped"))
-PAIRS = [(v, m) for v in VERSIONS for m in MODES] if gotargets.full_matrix() else list(CI)
+# --full: every supported Go (1.19, 1.21-1.27) x default, stripped, PIE
+PAIRS = ([(v, m) for v in gotargets.ALL_VERSIONS for m in MODES] if gotargets.full_matrix()
+         else list(CI))
 
 
 def gmpmon(*args: str) -> subprocess.CompletedProcess[str]:
@@ -206,3 +207,50 @@ def test_caddy_matches_debug2(tmp_path: Path) -> None:
     assert res.parked >= 5, res.line()
     for n in (res.present, res.same_frames, res.same_reason, res.same_text):
         assert n >= 0.99 * res.parked, (res.line(), res.mismatches[:10])
+
+
+def test_dump_whole_at_100k_while_woken() -> None:
+    """The `scale` workload: 100,000 goroutines parked on their own channels, 64 wakers on
+    64 Ps waking random ones (2 CPUs): every goroutine is in the dump (a woken one is
+    runnable or running in the same function), read in batches within seconds."""
+    exe = gotargets.build("scale", go="1.27", mode="default")
+    p = subprocess.Popen([str(exe), "-t", "600s"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line.strip() == "ready":
+                break
+        r = gmpmon("goroutines", str(p.pid), "--json", "--group")
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    parked = sum(g["count"] for g in doc["groups"]
+                 if g["status"] == "waiting" and g["wait_reason"] == "chan receive"
+                 and g["frames"] and g["frames"][0]["func"] == "main.main.func1")
+    workers = sum(g["count"] for g in doc["groups"]
+                  if (g["frames"] and g["frames"][-1]["func"] == "main.main.func1")
+                  or g["status"] == "running")  # running: no stack taken
+    print(f"scale 100k: {doc['goroutines_shown']} shown, {parked} parked in chan receive, "
+          f"read in {doc['seconds']:.2f} s")
+    assert parked >= 0.99 * 100_000 and workers >= 0.995 * 100_000, (parked, workers)
+    assert doc["seconds"] < 20
+
+
+@pytest.mark.bpf
+def test_running_goroutines_from_perf_samples() -> None:
+    """--sample: the two spinning goroutines' stacks come from perf samples (R14 = their g)."""
+    p, _port = start_stacks("1.27", "stripped", "-each", "1")
+    try:
+        r = gmpmon("goroutines", str(p.pid), "--sample", "2", "--json")
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    spinning = [g for g in json.loads(r.stdout)["goroutines"] if g["status"] == "running"
+                and g["created_by"] and g["created_by"]["line"] == 135]
+    assert len(spinning) == 2
+    sampled = [g for g in spinning if g["stack"] == "sampled"]
+    assert sampled, spinning  # 2 s at 999 Hz catch a goroutine that never stops spinning
+    assert all(g["frames"][0]["func"] == "main.spin" and g["p"] is not None for g in sampled)
