@@ -30,7 +30,9 @@ class Thresholds:
     handoff_rate: float = 20.0  # syscall-handoff: per second ...
     handoff_min: int = 20
     handoff_rate_critical: float = 500.0
-    no_m_share: float = 0.05  # ... or Ps without an M this share of P-time
+    handoff_share: float = 0.05  # ... and (syscalls counted) this share of the syscalls
+    no_m_share: float = 0.10  # ... or Ps without an M this share of P-time
+    no_m_critical: float = 0.25
     stw_tail_share: float = 0.20  # gc-stw-latency: STW share of the tail waits
     stw_tail_share_critical: float = 0.50
     stw_tail_min_samples: int = 3
@@ -56,6 +58,8 @@ class Thresholds:
     global_runq: int = 256
     locked_min: int = 10  # cgo-pinning: hand-offs by locked Ms ...
     locked_rate: float = 5.0  # ... per second
+    cgo_min_samples: int = 10  # ... seen as such, or this many perf samples outside Go code
+    procs_over_critical: int = 4  # gomaxprocs-above-cpus: Ps >= this many times the CPUs
     min_duration_ns: int = NS // 2  # below this no rule speaks (too little to judge)
 
 

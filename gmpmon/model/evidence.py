@@ -32,7 +32,17 @@ from collections import deque
 from itertools import compress, repeat
 from operator import itemgetter
 
-from gmpmon.events import U64_MAX, UNKNOWN_FRAME, CgroupField, EventTuple, Header, Kind
+from gmpmon.events import (
+    SAMPLE_G0,
+    SAMPLE_GO,
+    SAMPLE_KERNEL,
+    U64_MAX,
+    UNKNOWN_FRAME,
+    CgroupField,
+    EventTuple,
+    Header,
+    Kind,
+)
 from gmpmon.model.findingtypes import (
     CensusGrowth,
     CgroupCpu,
@@ -60,6 +70,8 @@ K_PREEMPT_REQ, K_PREEMPTED = int(Kind.PREEMPT_REQ), int(Kind.PREEMPTED)
 K_P_SAMPLE, K_SCHED_SAMPLE = int(Kind.P_SAMPLE), int(Kind.SCHED_SAMPLE)
 K_LOST, K_WINDOW, K_CGROUP = int(Kind.LOST), int(Kind.WINDOW), int(Kind.CGROUP_CPU)
 K_P_IDLE = int(Kind.P_IDLE)
+K_CPU_SAMPLE, K_SAMPLER_OFF = int(Kind.CPU_SAMPLE), int(Kind.SAMPLER_OFF)
+GOROUTINE_SAMPLES = 4096  # perf sample times kept per goroutine (long runs look back in them)
 K_CENSUS_BEGIN, K_CENSUS_STATE = int(Kind.CENSUS_BEGIN), int(Kind.CENSUS_STATE)
 K_CENSUS_SITE, K_CENSUS_END = int(Kind.CENSUS_SITE), int(Kind.CENSUS_END)
 G_WAITING_STATUS = 4  # _Gwaiting
@@ -69,12 +81,12 @@ _KIND = itemgetter(1)
 _TS = itemgetter(0)
 _CAUSE_ROW = itemgetter(0, 1, 4, 5)  # (ts, kind, g, a0) of an M's last PARK/SYSCALL_ENTER
 _RARE = frozenset({K_PREEMPT_REQ, K_P_SAMPLE, K_SCHED_SAMPLE, K_CGROUP, K_CENSUS_BEGIN,
-                   K_CENSUS_STATE, K_CENSUS_SITE, K_CENSUS_END})
+                   K_CENSUS_STATE, K_CENSUS_SITE, K_CENSUS_END, K_CPU_SAMPLE, K_SAMPLER_OFF})
 _CHURN = frozenset({K_GO_CREATE, K_GO_EXIT})
 _G, _A0 = itemgetter(4), itemgetter(5)
 _CAUSES = frozenset({K_PARK, K_SYSCALL_ENTER})
 _SLOW = _RARE | _CHURN | {K_PARK, K_SYSCALL_ENTER, K_EXECUTE, K_FIND_RUNNABLE, K_HANDOFF,
-                          K_WINDOW, K_LOST}
+                          K_WINDOW, K_LOST, K_P_IDLE}
 _P_RUNNING_STATUS = 1  # index of "running" in Header.p_status (events.P_SAMPLE a0 & 0xff)
 
 
@@ -97,6 +109,12 @@ class FindingsTracker:
         self.long_run_count = 0
         self.long_by_goid: dict[int, list[int]] = {}  # goid -> [long runs, longest ns]
         self.preempt_by_goid: dict[int, int] = {}
+        # Perf samples per goroutine: times in user mode (Go code) and in kernel mode, so that
+        # a long run can be told on-CPU in Go from in a syscall or descheduled (inputs()).
+        self._user_ts: dict[int, deque[int]] = {}
+        self._kern_ts: dict[int, deque[int]] = {}
+        self.sample_period_ns = 0
+        self._sampler_off = False
         # hand-offs
         self._tail: list[EventTuple] = []
         self._handed: dict[int, int] = {}  # P -> hand-off ts (no M yet)
@@ -135,7 +153,9 @@ class FindingsTracker:
         self._cg_first_ts = 0
         self._cg_last_ts = 0
         self._cg_reads = 0
+        self._affinity = 0
         self._p_running = _p_running_index(header.p_status)
+        self._p_idle = _p_status_index(header.p_status, "idle", 0)
 
     # ------------------------------------------------------------------ input
 
@@ -175,7 +195,9 @@ class FindingsTracker:
             if k in (K_PARK, K_SYSCALL_ENTER):
                 if e[3]:
                     m_last[e[3]] = _CAUSE_ROW(e)
-            elif k in (K_EXECUTE, K_FIND_RUNNABLE):
+            elif k in (K_EXECUTE, K_FIND_RUNNABLE, K_P_IDLE):
+                # An M took the P (EXECUTE, FIND_RUNNABLE), or the P went idle (handoffp
+                # with no work puts it on the idle list at once): no longer waiting for an M.
                 if self._handed and e[2] >= 0:
                     self._got_m(e[2], e[0])
             elif k == K_HANDOFF:
@@ -219,6 +241,12 @@ class FindingsTracker:
             self._p_sample(e)
         elif k == K_SCHED_SAMPLE:
             self._sched_sample(e)
+        elif k == K_CPU_SAMPLE:
+            self._cpu_sample(e)
+        elif k == K_SAMPLER_OFF:
+            self._sampler_off = True  # R14 not trusted: nothing the samples said counts
+            self._user_ts.clear()
+            self._kern_ts.clear()
         elif k == K_CGROUP:
             self._cgroup(e)
         elif k == K_CENSUS_BEGIN:
@@ -351,9 +379,9 @@ class FindingsTracker:
         self.local_n += 1
         if n >= self.rq_note:
             self.runq(p, n, True)
-        if m and self._handed:
-            self._got_m(p, ts)
         running = (a0 & 0xFF) == self._p_running and g != 0
+        if self._handed and (m or (a0 & 0xFF) == self._p_idle):
+            self._got_m(p, ts)  # an M has it, or it is idle: no longer waiting for an M
         cur = self._srun.get(p)
         if cur is not None and running and cur[0] == g and cur[1] == tick:
             self._srun[p] = (g, tick, cur[2], ts)
@@ -365,6 +393,40 @@ class FindingsTracker:
             self._srun[p] = (g, tick, ts, ts)
         else:
             self._srun.pop(p, None)
+
+    def _cpu_sample(self, e: EventTuple) -> None:
+        if self._sampler_off:
+            return
+        if not self.sample_period_ns:
+            self.sample_period_ns = 1_000_000_000 // max(self.header.sample_hz, 1)
+        ts, g, outcome = e[0], e[4], e[5] & 0xFF
+        if not g:
+            return
+        if outcome in (SAMPLE_GO, SAMPLE_G0):
+            table = self._user_ts
+        elif outcome == SAMPLE_KERNEL:
+            table = self._kern_ts
+        else:
+            return
+        d = table.get(g)
+        if d is None:
+            if len(table) >= MAX_TABLE:
+                return
+            d = table[g] = deque(maxlen=GOROUTINE_SAMPLES)
+        d.append(ts)
+
+    def _samples_in(self, run: LongRun) -> LongRun:
+        """``run`` with the perf samples of its goroutine between its start and end."""
+        if not self.sample_period_ns or self._sampler_off:
+            return run
+        end = run.start + run.ns
+        counts = []
+        for table in (self._user_ts, self._kern_ts):
+            d = table.get(run.goid)
+            if d and d[0] > run.start and len(d) == d.maxlen:
+                return run  # older samples were dropped: not measured
+            counts.append(_count_between(d, run.start, end) if d else 0)
+        return LongRun(run.goid, run.p, run.start, run.ns, run.sampled, counts[0], counts[1])
 
     def _sched_sample(self, e: EventTuple) -> None:
         ts, a0, a1 = e[0], e[5], e[6]
@@ -378,6 +440,9 @@ class FindingsTracker:
 
     def _cgroup(self, e: EventTuple) -> None:
         ts, field, value, version = e[0], e[4], e[5], e[6]
+        if field == CgroupField.AFFINITY_CPUS:  # not the cgroup's: kept apart
+            self._affinity = value
+            return
         if version != self._cg_version:
             self._cg_first.clear()
             self._cg_last.clear()
@@ -404,6 +469,7 @@ class FindingsTracker:
                 n, mx = by_goid.get(goid, (0, 0))
                 by_goid[goid] = (n + 1, max(mx, last - first))
         runs.sort(key=lambda r: (-r.ns, r.start))
+        runs = [self._samples_in(r) for r in runs[:MAX_LONG_RUNS]]
         no_m, no_m_max = self.no_m_ns, self.no_m_max_ns
         for t in self._handed.values():
             no_m += max(0, now - t)
@@ -414,7 +480,7 @@ class FindingsTracker:
         live = sorted(self._live_series.items())
         return FindingsInputs(
             cgroup=self._cgroup_view(),
-            long_runs=tuple(runs[:MAX_LONG_RUNS]),
+            long_runs=tuple(runs),
             long_run_count=count,
             long_by_goid=by_goid,
             preempt_by_goid=dict(self.preempt_by_goid),
@@ -442,6 +508,8 @@ class FindingsTracker:
             latency_samples=tuple(self.latency_samples),
             gomaxprocs=self.header.gomaxprocs,
             p_idles=self.p_idles,
+            sample_period_ns=0 if self._sampler_off else self.sample_period_ns,
+            cpus_allowed=self._affinity,
         )
 
     def _census_growth(self) -> CensusGrowth | None:
@@ -485,11 +553,30 @@ class FindingsTracker:
             first_ts=self._cg_first_ts,
             last_ts=self._cg_last_ts,
             readings=self._cg_reads,
+            leaf_quota_us=_leaf(last.get(CgroupField.LEAF_QUOTA_US)),
+            leaf_period_us=last.get(CgroupField.LEAF_PERIOD_US, 0),
         )
 
 
+def _leaf(quota: int | None) -> int:
+    """The leaf cgroup's own quota: -1 none, -2 not read (recordings made before it)."""
+    return -2 if quota is None else -1 if quota == U64_MAX else quota
+
+
+def _count_between(d: deque[int], start: int, end: int) -> int:
+    """Times in ``d`` (ascending) within [start, end]."""
+    if not d or d[-1] < start or d[0] > end:
+        return 0
+    ts = list(d)
+    return bisect_left(ts, end + 1) - bisect_left(ts, start)
+
+
 def _p_running_index(names: tuple[str, ...]) -> int:
+    return _p_status_index(names, "running", _P_RUNNING_STATUS)
+
+
+def _p_status_index(names: tuple[str, ...], name: str, default: int) -> int:
     for i, n in enumerate(names):
-        if n in ("running", "_Prunning"):
+        if n in (name, "_P" + name):
             return i
-    return _P_RUNNING_STATUS
+    return default

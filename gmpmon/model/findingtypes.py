@@ -57,6 +57,10 @@ class CgroupCpu:
     first_ts: int
     last_ts: int
     readings: int
+    # The target's own cgroup's quota (the only one Go 1.25+ reads; ``quota_us`` is the most
+    # restrictive on the path up): -1 none, -2 not read (recordings made before it).
+    leaf_quota_us: int = -2
+    leaf_period_us: int = 0
 
     @property
     def cpus(self) -> float:
@@ -73,6 +77,11 @@ class LongRun:
     start: int
     ns: int
     sampled: bool  # from P samples (same G and schedtick across samples), not events
+    # The kernel's view of the run (perf samples of that goroutine between its start and
+    # end): in user mode (Go code, on the goroutine's stack or g0's for it) and in kernel
+    # mode (a syscall, a fault). -1: not measured (no perf samples, or too old to be kept).
+    user_samples: int = -1
+    kernel_samples: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,3 +175,5 @@ class FindingsInputs:
     gomaxprocs: int
     p_idles: int = 0  # P_IDLE (pidleput) events seen: searching vs idle is known
     census_growth: CensusGrowth | None = None
+    sample_period_ns: int = 0  # CPU time one perf sample stands for; 0: no perf samples
+    cpus_allowed: int = 0  # CPUs in the target's sched_getaffinity mask; 0: not read

@@ -172,17 +172,59 @@ def test_cpu_throttled_counts_growing_and_says_which_go_reads_quotas(
     assert ev_["go_reads_quota"] is reads_quota
     assert ("ignores CPU quotas" in f.advice) is (not reads_quota)
     assert ("Go 1.25+" in f.advice)
-    assert "GOMAXPROCS=2 > quota 0.5 CPUs" in f.title
+    assert "throttled in 60% of CFS periods" in f.title
     assert s.cgroup_cpu is not None and s.cgroup_cpu.version == 1
 
 
-def test_cpu_throttled_gomaxprocs_over_quota_without_throttling_is_a_warning() -> None:
+def affinity_event(t: float, cpus: int) -> EventTuple:
+    return ev(t, Kind.CGROUP_CPU, g=int(CgroupField.AFFINITY_CPUS), a0=cpus)
+
+
+def test_gomaxprocs_over_quota_without_throttling_is_gomaxprocs_above_cpus() -> None:
+    """3 Ps in a 1-CPU quota, never throttled: not cpu-throttled (nothing was throttled)
+    but gomaxprocs-above-cpus, a warning (3 > Go 1.25's floor of 2, < 4x the CPUs)."""
     out = [e for e in sleeper_events(seconds=2) if e[1] != Kind.CGROUP_CPU]
     out += cgroup_events(0, quota=100_000, periods=0, throttled=0, throttled_ns=0, version=2)
-    s = run(out, gomaxprocs=4)
-    f = by_id(s)["cpu-throttled"]
+    out.append(affinity_event(0, 2))
+    s = run(out, gomaxprocs=3)
+    assert "cpu-throttled" not in by_id(s)
+    f = by_id(s)["gomaxprocs-above-cpus"]
     assert f.severity == Severity.WARNING
-    assert f.evidence["cgroup_version"] == 2 and f.evidence["nr_throttled"] == 0
+    assert f.evidence["usable_cpus"] == 1 and f.evidence["affinity_cpus"] == 2
+    assert f.evidence["quota_cpus"] == 1.0 and f.evidence["gomaxprocs"] == 3
+    # The recording has no leaf quota (made before it): Go 1.25 would read this one.
+    assert f.evidence["go125_default"] == 2
+    assert "GOMAXPROCS=3 but the process may use 1 CPUs" in f.title
+
+
+def test_go_125s_own_floor_of_two_ps_is_only_info() -> None:
+    """A 0.5-CPU quota: Go 1.25+ itself picks 2 Ps (ceil, then at least 2)."""
+    out = [e for e in sleeper_events(seconds=2) if e[1] != Kind.CGROUP_CPU]
+    out += cgroup_events(0, quota=50_000, periods=0, throttled=0, throttled_ns=0, version=2)
+    f = by_id(run(out, gomaxprocs=2, go="go1.25.5"))["gomaxprocs-above-cpus"]
+    assert f.severity == Severity.INFO
+
+
+@pytest.mark.parametrize(("affinity", "leaf", "want"), [
+    (8, 0.0, 8), (8, 0.5, 2), (8, 2.5, 3), (2, 16.0, 2), (1, 0.2, 1), (0, 1.0, 0)])
+def test_go_125_default_gomaxprocs(affinity: int, leaf: float, want: int) -> None:
+    from gmpmon.findings.rules_cpu import go_default_gomaxprocs
+    assert go_default_gomaxprocs(affinity, leaf) == want
+
+
+def test_gomaxprocs_above_cpus_is_first_before_its_symptoms() -> None:
+    """64 Ps on 2 CPUs (the scale workload's shape): critical, and shown before the
+    critical symptoms (here cpu-throttled, a long run) whatever the order of the rules."""
+    out = [*throttled_events(quota=400_000), affinity_event(0, 2)]
+    out += cpu_samples(9, 0, 0, 1500 * MS) + [
+        ev(k * 10 * MS + 1, Kind.P_SAMPLE, p=0, m=100, g=9,
+           a0=P_RUNNING_ST | (G_RUNNING_ST << 8), a1=5) for k in range(150)]
+    s = run(out, gomaxprocs=64)
+    ids = [f.id for f in s.findings]
+    assert ids[0] == "gomaxprocs-above-cpus", ids
+    assert s.findings[0].severity == Severity.CRITICAL
+    assert s.findings[0].evidence["usable_cpus"] == 2
+    assert "cpu-throttled" in ids
 
 
 def test_quota_that_fits_gomaxprocs_and_no_throttling_is_silent() -> None:
@@ -195,11 +237,7 @@ def test_quota_that_fits_gomaxprocs_and_no_throttling_is_silent() -> None:
 # ---------------------------------------------------------------- long-running-goroutine
 
 def test_long_running_goroutine_from_events_names_the_goroutine() -> None:
-    out = sleeper_events(seconds=1)
-    for k in range(4):  # G7 runs 50 ms at a stretch on P2, four times
-        t = 100 * MS + k * 200 * MS
-        out += [ev(t, Kind.EXECUTE, p=2, m=102, g=7), ev(t + 30 * MS, Kind.PREEMPT_REQ, p=2, g=7),
-                ev(t + 50 * MS, Kind.PREEMPTED, p=2, m=102, g=7, a0=1)]
+    out = sleeper_events(seconds=1) + four_long_runs()  # no perf samples: not checked
     s = run(out, gomaxprocs=3)
     f = by_id(s)["long-running-goroutine"]
     assert f.severity == Severity.WARNING
@@ -214,12 +252,66 @@ def test_long_running_goroutine_from_samples_in_sample_mode() -> None:
     for k in range(90):  # P0 runs G9 three times 300 ms with one schedtick each
         out.append(ev(k * 10 * MS + 1, Kind.P_SAMPLE, p=0, m=100, g=9,
                       a0=P_RUNNING_ST | (G_RUNNING_ST << 8), a1=5 + k // 30))
-    s = run(out, mode="sample")
+    # Without perf samples nothing says the thread was on a CPU: never critical.
+    f = by_id(run(out, mode="sample"))["long-running-goroutine"]
+    assert f.severity == Severity.WARNING
+    assert "not checked against the kernel" in f.title and f.evidence["runs_not_checked"] == 3
+    # The perf sampler saw G9 in Go code all along (999 Hz): the kernel agrees.
+    s = run(out + cpu_samples(9, 0, 0, 900 * MS), mode="sample")
     f = by_id(s)["long-running-goroutine"]
     assert f.severity == Severity.CRITICAL  # >= 200 ms
     assert f.evidence["goroutines"][0]["goid"] == 9
     assert f.evidence["goroutines"][0]["runs"] == 3
-    assert f.evidence["sampled"] == ["long_runs"]
+    assert f.evidence["sampled"] == ["long_runs", "longest_ns"]
+    assert "on a CPU in Go code" in f.title and f.evidence["runs_not_on_cpu"] == 0
+
+
+SAMPLE_PERIOD_US = 1e6 / 999  # Header.sample_hz's default
+
+
+def cpu_samples(g: int, p: int, t0: float, t1: float, outcome: int = 0,
+                tid: int = 100) -> list[EventTuple]:
+    """Perf samples of thread ``tid`` running G ``g`` on P ``p`` from t0 to t1 (µs), at the
+    header's 999 Hz; outcome 0 = user mode (SAMPLE_GO), 3 = kernel mode (SAMPLE_KERNEL)."""
+    n = int((t1 - t0) / SAMPLE_PERIOD_US)
+    return [ev(t0 + k * SAMPLE_PERIOD_US, Kind.CPU_SAMPLE, p=p, m=tid, g=g,
+               a0=outcome | (P_RUNNING_ST << 8)) for k in range(n)]
+
+
+def four_long_runs(g: int = 7) -> list[EventTuple]:
+    """G ``g`` holds P2 for 50 ms four times (EXECUTE .. PREEMPTED)."""
+    out = []
+    for k in range(4):
+        t = 100 * MS + k * 200 * MS
+        out += [ev(t, Kind.EXECUTE, p=2, m=102, g=g), ev(t + 30 * MS, Kind.PREEMPT_REQ, p=2, g=g),
+                ev(t + 50 * MS, Kind.PREEMPTED, p=2, m=102, g=g, a0=1)]
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["user", "syscall", "descheduled"])
+def test_a_long_run_is_on_cpu_time_in_go_code_from_the_kernels_view(kernel: str) -> None:
+    """The P was held 50 ms four times. Perf samples say where the thread was: in Go code
+    (a long run), in the kernel (a syscall: not one), or nowhere (descheduled: not one)."""
+    out = sleeper_events(seconds=1) + four_long_runs()
+    out += cpu_samples(12, 0, 0, 900 * MS, tid=100)  # the sampler runs: another G on P0
+    for k in range(4):
+        t = 100 * MS + k * 200 * MS
+        if kernel == "user":
+            out += cpu_samples(7, 2, t, t + 50 * MS, tid=102)
+        elif kernel == "syscall":
+            out += cpu_samples(7, 2, t, t + 50 * MS, outcome=3, tid=102)
+    found = by_id(run(out, gomaxprocs=3))
+    if kernel != "user":
+        # Four preemption requests alone are not worth a word.
+        assert "long-running-goroutine" not in found
+        return
+    f = found["long-running-goroutine"]
+    ev_ = f.evidence
+    if kernel == "user":
+        assert f.severity == Severity.WARNING and ev_["runs_not_on_cpu"] == 0
+        assert ev_["goroutines"][0]["goid"] == 7 and ev_["goroutines"][0]["runs"] == 4
+        assert 45_000_000 <= ev_["longest_ns"] <= 50_000_000
+        assert "on a CPU in Go code" in f.title
 
 
 def test_one_long_run_seen_only_by_samples_is_just_info() -> None:
