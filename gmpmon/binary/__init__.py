@@ -50,6 +50,7 @@ def to_json(info: BinaryInfo) -> dict[str, Any]:
         "load_bias": _hex(info.load_bias),
         "go_version": info.go_version,
         "go_minor": info.go_minor,
+        "go_version_source": info.go_version_source,
         "arch": info.arch,
         "pie": info.pie,
         "stripped": info.stripped,

@@ -63,7 +63,7 @@ def from_symtab(symtab_globals: Mapping[str, tuple[int, int]]) -> dict[str, Foun
 
 # Globals without a finder: what a stripped build uses instead.
 NO_FINDER: dict[str, str] = {
-    "runtime.buildVersion": "no finder; version from .go.buildinfo",
+    "runtime.buildVersion": "no symbol; see 'version from' above",
     "runtime.waitReasonStrings": "no finder; names from gmpmon's table",
     "runtime.stwReasonStrings": "no finder; names from gmpmon's table",
     "runtime.gStatusStrings": "no finder; names from gmpmon's table",

@@ -116,3 +116,6 @@ class BinaryInfo:
     # offsets_source "table": whose table ("1.27"); differs from go_minor for a Go release
     # newer than the table (then trusted only after validate_layout on the live process).
     offsets_table: str = ""
+    # Where go_version came from: "build info", or runtime.buildVersion and what it was
+    # checked against (gmpmon.binary.goversion).
+    go_version_source: str = "build info"

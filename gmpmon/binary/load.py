@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gmpmon.binary import dwarf, pclntab, table
-from gmpmon.binary.buildinfo import go_minor, read_buildinfo_version
+from gmpmon.binary.buildinfo import go_minor
 from gmpmon.binary.elf import ET_DYN, ET_EXEC, STT_FUNC, Elf
 from gmpmon.binary.globals import GLOBAL_NAMES, find_globals
+from gmpmon.binary.goversion import go_version
 from gmpmon.binary.info import UNLOADED_FUNCTAB, BinaryInfo, FuncTab, ProbeSite
 from gmpmon.binary.symindex import PclntabIndex, SymtabIndex
 from gmpmon.errors import (
@@ -203,20 +204,11 @@ def _load_elf(
         raise UnsupportedError(f"{path}: a Go program for {elf.arch}; gmpmon supports amd64 only")
     if elf.etype not in (ET_EXEC, ET_DYN):
         raise UnsupportedError(f"{path}: ELF type {elf.etype} is not an executable")
-    version = read_buildinfo_version(elf)
     funcs = _Funcs(elf, table=with_functab)
-    build_version: str | None = None
-    if "runtime.buildVersion" in funcs.globals:
-        addr, _ = funcs.globals["runtime.buildVersion"]
-        (build_version,) = _read_go_strings(elf, addr, 16, "runtime.buildVersion")
-    if version is None:
-        version = build_version
-    if version is None:
-        raise UnsupportedError(f"{path}: cannot tell which Go version built it (no build info)")
-    if build_version is not None and build_version != version:
-        raise BinaryFormatError(
-            f"{path}: .go.buildinfo says {version} but runtime.buildVersion says {build_version}"
-        )
+    # build info; without it runtime.buildVersion, checked against the pclntab and the
+    # runtime functions present (gmpmon.binary.goversion)
+    gv = go_version(elf, funcs.globals, lambda name: bool(funcs.candidates(name)))
+    version = gv.version
     minor = _check_version(path, version)
 
     symbols: dict[str, int] = {}
@@ -333,6 +325,7 @@ def _load_elf(
         path=path,
         go_version=version,
         go_minor=minor,
+        go_version_source=gv.source,
         arch=elf.arch,
         pie=elf.etype == ET_DYN,
         stripped=not funcs.from_symtab,

@@ -93,7 +93,8 @@ def gate_layout(info: BinaryInfo, pid: int, *, starting: bool = False) -> Binary
     "procs" checks fail with them, refuse to trace the process (UnsupportedError, one line).
     A table of an older Go (the binary is newer than the table) must pass them; the table
     of the binary's own version is also accepted when the globals to check it with were not
-    found (the test matrix checks those tables against DWARF)."""
+    found (the test matrix checks those tables against DWARF), unless the version was read
+    without build info (then the checks must run and hold)."""
     # A process that exits while it is checked (a short-lived program under `gmpmon run`)
     # fails every read: that is no verdict on the table, and nothing is left to protect.
     # Its memory goes before it turns zombie, so look again a moment later.
@@ -105,7 +106,10 @@ def gate_layout(info: BinaryInfo, pid: int, *, starting: bool = False) -> Binary
         raise TargetError(f"process {pid}: cannot read its memory ({e.strerror})") from e
     if info.offsets_source == "table" and not layout.ok("procs"):
         newer = info.offsets_table != f"1.{info.go_minor}"
-        if (newer or "procs" not in layout.unchecked) and _still_running(pid):
+        # a version read without build info (gmpmon.binary.goversion) is no better than a
+        # guess until the layout it implies holds on the process: unchecked is not enough
+        guessed = info.go_version_source != "build info"
+        if (newer or guessed or "procs" not in layout.unchecked) and _still_running(pid):
             what = (
                 f"{info.go_version} is newer than gmpmon's offsets table and "
                 f"go{info.offsets_table}'s layout does not fit it"

@@ -96,6 +96,7 @@ def render(info: BinaryInfo) -> str:
         f"{_yn(info.stripped)}  dwarf: {_yn(info.dwarf)}  offsets: {info.offsets_source}"
         + (f" go{info.offsets_table}" if info.offsets_table else "")
     )
+    lines.append(f"version from: {info.go_version_source}")
     if info.offsets_table and info.offsets_table != f"1.{info.go_minor}":
         lines.append(
             f"{info.go_version} is newer than the table: go{info.offsets_table} offsets, "

@@ -2,7 +2,9 @@
 
 No probe and no agent in the target (like ``gops``, without its agent): a process is a Go
 program when its executable has a ``.go.buildinfo`` section (present even in ``-s -w``
-builds). Only the ELF section headers and that one section are read, through an mmap of
+builds), or else a ``.gopclntab`` (a Go program built without build info, like npm's
+esbuild: its version is read from runtime.buildVersion, gmpmon.binary.goversion). Only
+the ELF section headers and those sections are read, through an mmap of
 ``/proc/PID/exe``, and the answer is cached by the executable's identity (device, inode,
 size, mtime, ctime), so a host with a hundred copies of one server reads its binary once.
 
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 
 from gmpmon.binary.buildinfo import read_buildinfo_version
 from gmpmon.binary.elf import Elf
+from gmpmon.binary.goversion import GoVersion, go_version
+from gmpmon.binary.symindex import PclntabIndex
 from gmpmon.capture.cgroup import parse_proc_cgroup
 from gmpmon.errors import GmpmonError
 
@@ -103,9 +107,13 @@ class Discovery:
         )
 
 
+UNKNOWN_VERSION = "?"
+
+
 def go_version_of(path: str) -> str | None:
-    """The Go version in the executable's build info, or None if it is not a Go program
-    (or cannot be read)."""
+    """The Go version in the executable's build info, else the one its runtime.buildVersion
+    says (checked, gmpmon.binary.goversion); "?" for a Go program whose version cannot be
+    told; None if it is not a Go program (or cannot be read)."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -117,11 +125,24 @@ def go_version_of(path: str) -> str | None:
                 # Elf reads by slicing and struct.unpack_from: an mmap serves both, so only
                 # the pages of the headers and .go.buildinfo are ever read from disk.
                 elf = Elf(m, path)  # type: ignore[arg-type]
-                if elf.section(".go.buildinfo") is None:
+                if elf.section(".go.buildinfo") is not None:
+                    return read_buildinfo_version(elf)
+                if elf.section(".gopclntab") is None:
                     return None
-                return read_buildinfo_version(elf)
+                # Go without build info (npm's esbuild): the version from the binary itself.
+                # One that cannot be told is still listed; ps's note says why.
+                try:
+                    return binary_go_version(elf).version
+                except GmpmonError:
+                    return UNKNOWN_VERSION
     except (OSError, ValueError, GmpmonError):
         return None
+
+
+def binary_go_version(elf: Elf) -> GoVersion:
+    """gmpmon.binary.goversion on a binary with no build info, by its pclntab alone."""
+    index = PclntabIndex(elf)
+    return go_version(elf, {}, lambda name: bool(index.functions(name)))
 
 
 def _pids() -> Iterator[int]:

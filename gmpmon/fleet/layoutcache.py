@@ -49,7 +49,7 @@ FileId = tuple[int, int, int, int, int]
 
 # The BinaryInfo fields an entry holds, by JSON shape; the others are per process (path,
 # pid, load_bias) or absent from a readers-only load (probe_sites, functab).
-_STR = ("go_version", "arch", "offsets_source", "offsets_table")
+_STR = ("go_version", "go_version_source", "arch", "offsets_source", "offsets_table")
 _INT = ("go_minor",)
 _BOOL = ("pie", "stripped", "dwarf")
 _STR_INT = ("symbols", "symbol_sizes", "offsets", "globals", "global_sizes")
