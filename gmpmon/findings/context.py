@@ -33,6 +33,7 @@ class Thresholds:
     handoff_share: float = 0.05  # ... and (syscalls counted) this share of the syscalls
     no_m_share: float = 0.10  # ... or Ps without an M this share of P-time
     no_m_critical: float = 0.25
+    no_m_min_timed: int = 50  # ... from this many hand-offs timed by events, at least
     stw_tail_share: float = 0.20  # gc-stw-latency: STW share of the tail waits
     stw_tail_share_critical: float = 0.50
     stw_tail_min_samples: int = 3

@@ -391,7 +391,11 @@ def gomaxprocs_above_cpus(ctx: Context) -> Finding | None:
     if not limits:
         return None
     usable = min(limits)  # whole CPUs: a quota of 1.5 lets 2 threads run at once
-    procs = snap.gomaxprocs
+    # The runtime's own gomaxprocs, read from its memory (a program may call
+    # runtime.GOMAXPROCS after gmpmon read the header's), else the header's.
+    rt = snap.runtime
+    live = rt is not None and rt.gomaxprocs > 0
+    procs = rt.gomaxprocs if rt is not None and live else snap.gomaxprocs
     if procs <= usable:
         return None
     leaf = cg.leaf_quota_us / cg.leaf_period_us if (
@@ -439,7 +443,8 @@ def gomaxprocs_above_cpus(ctx: Context) -> Finding | None:
                         "quota_cpus": (f"cgroup v{cg.version} "
                                        + ("cpu.max" if cg.version == 2 else "cpu.cfs_quota_us"))
                         if cg is not None and quota > 0 else "not measured",
-                        "gomaxprocs": "runtime (gomaxprocs)"},
+                        "gomaxprocs": "runtime counters (sched.gomaxprocs)" if live
+                        else "at attach"},
             "sampled": [],
         },
         f"{ver}. With more Ps than CPUs the kernel time-slices the Ms that hold Ps: a "

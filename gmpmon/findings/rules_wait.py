@@ -65,10 +65,21 @@ def syscall_handoff(ctx: Context) -> Finding | None:
         return None
     rate = n / ctx.seconds
     ptime = ctx.duration_ns * max(snap.gomaxprocs, 1)
-    no_m_share = ho.no_m_ns / ptime if ptime else 0.0
+    # Time without an M is timed by events only (full mode, default mode's windows); the
+    # hand-offs a P sample saw end get the mean of the timed ones.
+    no_m_ns = ho.no_m_ns
+    if ho.no_m_untimed and ho.no_m_timed >= th.no_m_min_timed:
+        no_m_ns = round(ho.no_m_ns * (1 + ho.no_m_untimed / ho.no_m_timed))
+    elif ho.no_m_untimed:
+        no_m_ns = 0  # too few timed to say: not judged (the evidence keeps the raw sum)
+    no_m_share = no_m_ns / ptime if ptime else 0.0
     # Hand-offs against the syscalls made (events: full mode, default mode's windows): an
     # occasional retake among many fast syscalls is the runtime working as designed.
-    share = n / snap.syscalls if snap.syscalls and snap.window == "exact" else None
+    # (Other modes: the runtime's own count, its per-P syscallticks.)
+    sys_n, sys_src = (snap.syscalls, "events") if snap.window == "exact" else (0, "")
+    if not sys_n and snap.runtime is not None and snap.runtime.procs:
+        sys_n, sys_src = sum(p.syscalls for p in snap.runtime.procs), "runtime (syscalltick)"
+    share = n / sys_n if sys_n else None
     many = rate >= th.handoff_rate and (share is None or share >= th.handoff_share)
     if not many and no_m_share < th.no_m_share:
         return None
@@ -84,25 +95,31 @@ def syscall_handoff(ctx: Context) -> Finding | None:
         "syscall-handoff",
         Severity.CRITICAL if crit else Severity.WARNING,
         f"{n} P hand-offs from blocked syscalls{what} ({rate:.0f}/s); Ps spent "
-        f"{_ms(ho.no_m_ns):.0f} ms without an M",
+        f"{_ms(no_m_ns):.0f} ms without an M",
         {
             **names,
             "handoffs": n,
             "per_second": round(rate, 1),
             "share_of_syscalls": None if share is None else round(share, 4),
+            "syscalls_counted": sys_n or None,
             "by_cause": {c: ho.by_cause.get(c, 0) for c in SYSCALL_CAUSES if ho.by_cause.get(c)},
             "cause_note": how or None,
             "syscalls": snap.syscalls,
             "syscalls_blocking": snap.syscalls_blocking,
-            "no_m_ns": ho.no_m_ns,
+            "no_m_ns": no_m_ns,
+            "no_m_timed_ns": ho.no_m_ns,
             "no_m_max_ns": ho.no_m_max_ns,
             "no_m_share": round(no_m_share, 4),
+            "no_m_timed": ho.no_m_timed,
+            "no_m_untimed": ho.no_m_untimed,
             "goroutines": [{"goid": g, "handoffs": c} for g, c in gs],
             "sources": {"handoffs": "events (handoffp)",
                         "syscall_site": "perf samples in the kernel (user stacks)",
                         "syscalls_by_name": "tracepoints (sys_enter/exit)",
                         "causes": "events" if snap.window != "sampled" else "unknown (sample)",
-                        "no_m_ns": "events" if snap.window == "exact" else "events+samples"},
+                        "syscalls_counted": sys_src or "not measured",
+                        "no_m_ns": "events" if not ho.no_m_untimed
+                        else "events (timed hand-offs), scaled to all"},
             "sampled": (["no_m_ns"] if snap.window != "exact" else [])
                        + (["by_cause"] if how else [])
                        + (["syscall_site", "syscall_stack"] if "syscall_stack" in names

@@ -122,6 +122,8 @@ class FindingsTracker:
         self.handoff_cause: dict[str, int] = {}
         self.no_m_ns = 0
         self.no_m_max_ns = 0
+        self.no_m_timed = 0  # hand-offs whose end an event timed (EXECUTE/FIND_RUNNABLE/P_IDLE)
+        self.no_m_untimed = 0  # ... that a P sample ended (only known to be before it)
         self.handoff_g: dict[int, int] = {}
         self.locked_g: dict[int, int] = {}
         # run queues
@@ -321,9 +323,15 @@ class FindingsTracker:
             lr.sort(key=lambda r: (-r.ns, r.start))
             del lr[MAX_LONG_RUNS:]
 
-    def _got_m(self, p: int, ts: int) -> None:
+    def _got_m(self, p: int, ts: int, timed: bool = True) -> None:
         t = self._handed.pop(p, None)
-        if t is not None:
+        if t is not None and not timed:
+            # A P sample (50 Hz) saw an M on it, or saw it idle: the M came at some time in
+            # the last sampling interval, not at ``ts``. Counting up to ``ts`` made every
+            # hand-off outside default mode's windows last ~10 ms.
+            self.no_m_untimed += 1
+        elif t is not None:
+            self.no_m_timed += 1
             d = ts - t
             self.no_m_ns += d
             if d > self.no_m_max_ns:
@@ -381,7 +389,7 @@ class FindingsTracker:
             self.runq(p, n, True)
         running = (a0 & 0xFF) == self._p_running and g != 0
         if self._handed and (m or (a0 & 0xFF) == self._p_idle):
-            self._got_m(p, ts)  # an M has it, or it is idle: no longer waiting for an M
+            self._got_m(p, ts, False)  # an M has it, or it is idle: no longer waiting
         cur = self._srun.get(p)
         if cur is not None and running and cur[0] == g and cur[1] == tick:
             self._srun[p] = (g, tick, cur[2], ts)
@@ -471,9 +479,10 @@ class FindingsTracker:
         runs.sort(key=lambda r: (-r.ns, r.start))
         runs = [self._samples_in(r) for r in runs[:MAX_LONG_RUNS]]
         no_m, no_m_max = self.no_m_ns, self.no_m_max_ns
-        for t in self._handed.values():
-            no_m += max(0, now - t)
-            no_m_max = max(no_m_max, now - t)
+        if self._hot and not self._gated:  # every event seen: a P still without an M
+            for t in self._handed.values():
+                no_m += max(0, now - t)
+                no_m_max = max(no_m_max, now - t)
         parents: dict[int, int] = {}
         for parent in self._parent_of.values():
             parents[parent] = parents.get(parent, 0) + 1
@@ -489,6 +498,8 @@ class FindingsTracker:
                 by_cause=dict(sorted(self.handoff_cause.items())),
                 no_m_ns=no_m,
                 no_m_max_ns=no_m_max,
+                no_m_timed=self.no_m_timed,
+                no_m_untimed=self.no_m_untimed,
                 goroutines=dict(self.handoff_g),
                 locked_goroutines=dict(self.locked_g),
             ),

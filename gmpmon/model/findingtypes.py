@@ -94,6 +94,8 @@ class HandoffStats:
     no_m_max_ns: int
     goroutines: dict[int, int]  # goid of the G in the syscall -> hand-offs
     locked_goroutines: dict[int, int]  # goid whose blocking took its locked M's P -> count
+    no_m_timed: int = 0  # hand-offs whose end was timed by an event (no_m_ns sums those)
+    no_m_untimed: int = 0  # hand-offs a P sample saw end (when: not known)
 
 
 @dataclass(frozen=True, slots=True)

@@ -348,6 +348,35 @@ def test_syscall_handoff_by_sysmon_retake_and_time_without_an_m() -> None:
     assert "cgo-pinning" not in by_id(s)
 
 
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_a_handed_off_p_that_goes_idle_no_longer_waits_for_an_m(mode: str) -> None:
+    """handoffp with no work puts the P on the idle list at once (pidleput): from then on it
+    is idle, not waiting for an M. 20 hand-offs of P1 in the first 200 ms, then P1 idles for
+    2.8 s: the time without an M once ran to the end of the capture (47% of the P-time, a
+    critical on an idle Caddy). Full mode sees the P_IDLE; sample mode P samples of an idle
+    P (no M), which end the wait at an unknown time: not timed, not counted."""
+    out = [e for e in sleeper_events(seconds=3, mode=mode) if e[2] != 1]
+    for k in range(20):
+        t = k * 10 * MS + 1 * MS
+        out.append(ev(t + 60, Kind.HANDOFF, p=1, m=99, g=5))
+        if mode == "full":
+            out += [ev(t, Kind.SYSCALL_ENTER, p=1, m=111, g=5), ev(t + 70, Kind.P_IDLE, p=1, m=99),
+                    ev(t + 5 * MS, Kind.SYSCALL_EXIT, m=111, g=5)]
+    if mode == "sample":
+        out += [ev(k * 10 * MS + 5, Kind.P_SAMPLE, p=1, a0=P_IDLE_ST, a1=7) for k in range(300)]
+    model = Model(header(mode))
+    model.feed(Batch(sorted(out, key=lambda e: e[0])))
+    model.flush()
+    s = snapshot_with_findings(model)
+    ho = model.findings.inputs(s.now).handoffs
+    assert ho.count == 20
+    if mode == "full":
+        assert ho.no_m_ns == 20 * 10_000 and ho.no_m_timed == 20  # 10 µs each
+    else:
+        assert ho.no_m_ns == 0 and ho.no_m_untimed == 20
+    assert "syscall-handoff" not in by_id(s), by_id(s)["syscall-handoff"].title
+
+
 # ---------------------------------------------------------------- cgo-pinning
 
 def test_locked_thread_blocking_hands_its_p_off() -> None:
