@@ -69,6 +69,7 @@ K_SYSCALL_ENTER, K_HANDOFF = int(Kind.SYSCALL_ENTER), int(Kind.HANDOFF)
 K_PREEMPT_REQ, K_PREEMPTED = int(Kind.PREEMPT_REQ), int(Kind.PREEMPTED)
 K_P_SAMPLE, K_SCHED_SAMPLE = int(Kind.P_SAMPLE), int(Kind.SCHED_SAMPLE)
 K_LOST, K_WINDOW, K_CGROUP = int(Kind.LOST), int(Kind.WINDOW), int(Kind.CGROUP_CPU)
+K_DROP = int(Kind.DROP)
 K_P_IDLE = int(Kind.P_IDLE)
 K_CPU_SAMPLE, K_SAMPLER_OFF = int(Kind.CPU_SAMPLE), int(Kind.SAMPLER_OFF)
 GOROUTINE_SAMPLES = 4096  # perf sample times kept per goroutine (long runs look back in them)
@@ -86,7 +87,7 @@ _CHURN = frozenset({K_GO_CREATE, K_GO_EXIT})
 _G, _A0 = itemgetter(4), itemgetter(5)
 _CAUSES = frozenset({K_PARK, K_SYSCALL_ENTER})
 _SLOW = _RARE | _CHURN | {K_PARK, K_SYSCALL_ENTER, K_EXECUTE, K_FIND_RUNNABLE, K_HANDOFF,
-                          K_WINDOW, K_LOST, K_P_IDLE}
+                          K_WINDOW, K_LOST, K_P_IDLE, K_DROP}
 _P_RUNNING_STATUS = 1  # index of "running" in Header.p_status (events.P_SAMPLE a0 & 0xff)
 
 
@@ -170,7 +171,8 @@ class FindingsTracker:
         kinds = list(map(_KIND, events))
         if not self.p_idles and K_P_IDLE in kinds:
             self.p_idles = 1
-        if K_HANDOFF in kinds or K_WINDOW in kinds or K_LOST in kinds or self._handed:
+        if (K_HANDOFF in kinds or K_WINDOW in kinds or K_LOST in kinds or K_DROP in kinds
+                or self._handed):
             self._apply_slow(events)
         else:
             if K_GO_CREATE in kinds or K_GO_EXIT in kinds:
@@ -204,9 +206,14 @@ class FindingsTracker:
                     self._got_m(e[2], e[0])
             elif k == K_HANDOFF:
                 self._handoff(e, m_last)
-            elif k in (K_WINDOW, K_LOST):
+            elif k in (K_WINDOW, K_LOST, K_DROP):
                 if k == K_WINDOW:
                     self._hot = bool(e[5])
+                else:
+                    # Records lost (kernel ring) or dropped (a full queue): the EXECUTE or
+                    # P_IDLE that ended a hand-off may be among them. Its time is unknown.
+                    for p in list(self._handed):
+                        self._got_m(p, e[0], False)
                 m_last.clear()  # what happened in between is unknown
             else:
                 self._one(e)
