@@ -39,9 +39,11 @@ class Thresholds:
     stw_tail_min_samples: int = 3
     stw_time_share: float = 0.02  # ... or pauses this share of wall time
     stw_max_ns: int = 10_000_000
+    stw_min_count: int = 10  # ... from this many pauses (5 GC cycles) at least
+    stw_min_slow: int = 3  # ... or this many pauses of stw_max_ns or more (one is no pattern)
     lock_share: float = 0.5  # lock-contention: one address this share of all mutex wait
     lock_wait_share: float = 0.05  # ... and that wait this share of wall time
-    lock_wait_critical: float = 1.0  # on average a goroutine always waiting on it
+    lock_wait_critical: float = 1.0  # on average this many goroutines a P waiting on it
     lock_min: int = 10
     leak_min: int = 100  # goroutine-leak: net growth over the run ...
     leak_min_seconds: int = 5  # ... over at least this many seconds of points

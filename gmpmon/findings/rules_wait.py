@@ -138,8 +138,11 @@ def gc_stw_latency(ctx: Context) -> Finding | None:
     share = att.share("stw")
     time_share = snap.stw_total_ns / ctx.duration_ns if ctx.duration_ns else 0.0
     tail_hit = att.samples >= th.stw_tail_min_samples and share >= th.stw_tail_share
-    pause_hit = snap.stw_count >= 2 and (time_share >= th.stw_time_share
-                                         or snap.stw_max_ns >= th.stw_max_ns)
+    # Pauses alone: a run of them (one slow GC cycle, e.g. while the host is busy compiling
+    # gmpmon's probes, is not a pattern: an idle Prometheus got a warning from 3 pauses).
+    slow = sum(1 for a, b in snap.stw_spans if b - a >= th.stw_max_ns)  # recent ones
+    pause_hit = snap.stw_count >= th.stw_min_count and (time_share >= th.stw_time_share
+                                                        or slow >= th.stw_min_slow)
     if not (tail_hit or pause_hit):
         return None
     crit = tail_hit and share >= th.stw_tail_share_critical
@@ -157,6 +160,7 @@ def gc_stw_latency(ctx: Context) -> Finding | None:
             "stw_total_ns": snap.stw_total_ns,
             "stw_max_ns": snap.stw_max_ns,
             "stw_time_share": round(time_share, 4),
+            "stw_slow_recent": slow,
             "by_reason": {k: {"count": c, "total_ns": t} for k, (c, t) in reasons},
             "tail_threshold_ns": att.threshold_ns,
             "tail_samples": att.samples,
@@ -183,7 +187,9 @@ def lock_contention(ctx: Context) -> Finding | None:
         return None
     stack = snap.mutex_stacks[0].stack if snap.mutex_stacks else ()
     site = _site(stack)
-    crit = wall >= th.lock_wait_critical
+    # Critical: as many goroutines wait on it, on average, as there are Ps to run them
+    # (one waiter among 16 requests in flight on 2 Ps is contention, not a stall).
+    crit = wall >= th.lock_wait_critical * max(snap.gomaxprocs, 1)
     return Finding(
         "lock-contention",
         Severity.CRITICAL if crit else Severity.WARNING,

@@ -30,9 +30,9 @@ from tests.integration.test_capture import GM
 
 MODES = ("sample", "default", "full")
 SERVERS = ("caddy", "prometheus")
+SETTLE_S = 5
 STW_TIME_SHARE = 0.02  # gmpmon.findings.context.Thresholds: stw_time_share, stw_max_ns
 STW_MAX_NS = 10_000_000
-_MUTEX_WAIT = re.compile(r"^goroutine \d+ \[(semacquire|sync\.Mutex\.Lock|sync\.RWMutex\.R?Lock)")
 
 
 @dataclass
@@ -50,7 +50,7 @@ def _metric(text: str, name: str) -> float | None:
 
 def attach(srv: Server, mode: str, seconds: int, out: Path) -> tuple[dict[str, Any], RuntimeView]:
     """``gmpmon attach`` for ``seconds``; the runtime's /metrics at the capture's first
-    line and at its end, and a goroutine dump every 2 s in between."""
+    line and at its end, and a goroutine dump every 0.5 s in between."""
     view = RuntimeView()
     p = subprocess.Popen([*GM, "attach", str(srv.pid), "--mode", mode, "-d", str(seconds),
                           "--no-tui", "--summary-json", str(out)],
@@ -64,7 +64,7 @@ def attach(srv: Server, mode: str, seconds: int, out: Path) -> tuple[dict[str, A
     while p.poll() is None:
         if srv.pprof and time.monotonic() >= next_dump:
             view.dumps.append(srv.get(f"{srv.pprof}/goroutine?debug=2", 30).decode())
-            next_dump += 2
+            next_dump += 0.5
         time.sleep(0.2)
     rest, err = p.communicate(timeout=120)
     if srv.metrics:
@@ -83,6 +83,8 @@ def check_gc_stw(f: dict[str, Any], doc: dict[str, Any], view: RuntimeView) -> N
     ev = f["evidence"]
     gc = {k: v for k, v in ev["by_reason"].items() if "GC" in k}
     n, total = sum(v["count"] for v in gc.values()), sum(v["total_ns"] for v in gc.values())
+    if not gc:  # reasons not named (Go 1.19's): every pause, less the dumps' own (one each)
+        n, total = ev["stw_count"] - len(view.dumps), ev["stw_total_ns"]
     window = doc["duration_s"] * 1e9
     rt = (doc.get("runtime") or {}).get("gc_stw_ns")
     if rt is not None and rt["count"]:
@@ -104,22 +106,25 @@ def check_gc_stw(f: dict[str, Any], doc: dict[str, Any], view: RuntimeView) -> N
 
 
 def check_lock(f: dict[str, Any], doc: dict[str, Any], view: RuntimeView) -> None:
-    """The mutex gmpmon names, against the runtime's goroutine dumps: goroutines waiting on
-    a mutex at the finding's site, a share of the mutex waiters close to the finding's, and
-    as many waiters on average as its wait per second says (time-weighted both)."""
+    """The mutex gmpmon names, against the runtime's goroutine dumps. gmpmon's wait is a
+    goroutine's time in the lock's slow path (lockSlow entry to exit: parked in semacquire,
+    then runnable until it runs): the dumps must show goroutines in lockSlow at the
+    finding's site, a share of all those in lockSlow near the finding's share, and on
+    average a fair part of the waiters its wait per second says (both time-weighted;
+    waits come in convoys, so the bounds are loose)."""
     ev = f["evidence"]
     site = ev["site"]
     assert site and view.dumps, "no site or no goroutine dump"
     waiters = at_site = 0
     for dump in view.dumps:
         for block in dump.split("\n\n"):
-            if _MUTEX_WAIT.match(block):
+            if "sync.(*Mutex).lockSlow(" in block:
                 waiters += 1
                 at_site += f"\n{site}(" in block
     assert at_site > 0, f"no goroutine waits at {site} in {len(view.dumps)} dumps"
     assert at_site / waiters >= 0.5 * ev["share_of_mutex_wait"], (at_site, waiters, ev)
     mean = at_site / len(view.dumps)
-    assert mean >= 0.25 * ev["wait_per_second_ns"] / 1e9, (mean, ev["wait_per_second_ns"])
+    assert mean >= 0.2 * ev["wait_per_second_ns"] / 1e9, (mean, ev["wait_per_second_ns"])
 
 
 def check_long_run(f: dict[str, Any], doc: dict[str, Any], view: RuntimeView) -> None:
@@ -174,6 +179,7 @@ def judge(name: str, mode: str, doc: dict[str, Any], view: RuntimeView) -> list[
 def idle_then_loaded(tmp_path: Path, name: str, idle_s: int, load_s: int,
                      one_load: bool) -> None:
     with serve(name) as srv:
+        time.sleep(SETTLE_S)  # past its start-up (Prometheus: WAL, first scrapes, their GCs)
         for mode in MODES:
             doc, _view = attach(srv, mode, idle_s, tmp_path / f"{mode}-idle.json")
             alarms = [f"{f['id']}: {f['title']}" for f in doc["findings"]
