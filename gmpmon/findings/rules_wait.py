@@ -79,6 +79,10 @@ def syscall_handoff(ctx: Context) -> Finding | None:
     sys_n, sys_src = (snap.syscalls, "events") if snap.window == "exact" else (0, "")
     if not sys_n and snap.runtime is not None and snap.runtime.procs:
         sys_n, sys_src = sum(p.syscalls for p in snap.runtime.procs), "runtime (syscalltick)"
+    if not sys_n and snap.window == "windows" and snap.syscalls and snap.windows_covered_ns:
+        # default mode without the runtime's counters: the windows' syscalls, scaled
+        sys_n = round(snap.syscalls * ctx.duration_ns / snap.windows_covered_ns)
+        sys_src = "events (windows), scaled to the run"
     share = n / sys_n if sys_n else None
     many = rate >= th.handoff_rate and (share is None or share >= th.handoff_share)
     if not many and no_m_share < th.no_m_share:

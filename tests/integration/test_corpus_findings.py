@@ -31,7 +31,7 @@ from tests.integration.test_capture import GM
 MODES = ("sample", "default", "full")
 SERVERS = ("caddy", "prometheus")
 SETTLE_S = 5
-DUMP_S = 8
+DUMP_EVERY_S = 1.0
 STW_TIME_SHARE = 0.02  # gmpmon.findings.context.Thresholds: stw_time_share, stw_max_ns
 STW_MAX_NS = 10_000_000
 
@@ -49,9 +49,12 @@ def _metric(text: str, name: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def attach(srv: Server, mode: str, seconds: int, out: Path) -> tuple[dict[str, Any], RuntimeView]:
+def attach(srv: Server, mode: str, seconds: int, out: Path,
+           dump: bool = False) -> tuple[dict[str, Any], RuntimeView]:
     """``gmpmon attach`` for ``seconds``; the runtime's /metrics at the capture's first
-    line and at its end."""
+    line and at its end; with ``dump``, its goroutine profile every DUMP_EVERY_S meanwhile
+    (``debug=1``, stacks with counts: ``debug=2`` formats every goroutine with the world
+    stopped, ~50 ms a dump on Go 1.19, which made the capture's STW pauses)."""
     view = RuntimeView()
     p = subprocess.Popen([*GM, "attach", str(srv.pid), "--mode", mode, "-d", str(seconds),
                           "--no-tui", "--summary-json", str(out)],
@@ -61,24 +64,18 @@ def attach(srv: Server, mode: str, seconds: int, out: Path) -> tuple[dict[str, A
     assert first, p.stderr.read() if p.stderr else ""
     if srv.metrics:
         view.metrics.append((time.monotonic(), srv.get(srv.metrics).decode()))
+    next_dump = time.monotonic()
+    while dump and srv.pprof and p.poll() is None:
+        if time.monotonic() >= next_dump:
+            view.dumps.append(srv.get(f"{srv.pprof}/goroutine?debug=1", 30).decode())
+            next_dump += DUMP_EVERY_S
+        time.sleep(0.05)
     _rest, err = p.communicate(timeout=120)
     if srv.metrics:
         view.metrics.append((time.monotonic(), srv.get(srv.metrics).decode()))
     assert p.returncode == 0, err[-2000:]
     assert "Traceback" not in err, err
     return json.loads(out.read_text()), view
-
-
-def dumps(srv: Server, seconds: float = DUMP_S) -> list[str]:
-    """The runtime's goroutine dumps, every 0.25 s, right after a capture under the same
-    load: a dump stops the world for its whole traceback (Go 1.19 for ~50 ms on
-    Prometheus), so taken during the capture they were the capture's STW pauses."""
-    out = []
-    end = time.monotonic() + seconds
-    while srv.pprof and time.monotonic() < end:
-        out.append(srv.get(f"{srv.pprof}/goroutine?debug=2", 30).decode())
-        time.sleep(0.25)
-    return out
 
 
 # ---------------------------------------------------------------- evidence checks
@@ -90,8 +87,12 @@ def check_gc_stw(f: dict[str, Any], doc: dict[str, Any], view: RuntimeView) -> N
     ev = f["evidence"]
     gc = {k: v for k, v in ev["by_reason"].items() if "GC" in k}
     n, total = sum(v["count"] for v in gc.values()), sum(v["total_ns"] for v in gc.values())
-    if not gc:  # reasons not named (Go 1.19's): every pause
-        n, total = ev["stw_count"], ev["stw_total_ns"]
+    if not gc:
+        # Reasons not named (Go 1.19's stopTheWorld takes a string): every pause, less one
+        # a goroutine profile taken and one a second for Prometheus's scrape of itself
+        # (tests/corpus.py: every 1 s; ReadMemStats stops the world).
+        n = ev["stw_count"] - len(view.dumps) - round(doc["duration_s"])
+        total = ev["stw_total_ns"]
     window = doc["duration_s"] * 1e9
     rt = (doc.get("runtime") or {}).get("gc_stw_ns")
     if rt is not None and rt["count"]:
@@ -105,30 +106,35 @@ def check_gc_stw(f: dict[str, Any], doc: dict[str, Any], view: RuntimeView) -> N
         pause = (_metric(b, "go_gc_duration_seconds_sum") or 0) - (
             _metric(a, "go_gc_duration_seconds_sum") or 0)
         span = (t1 - t0) * 1e9
-        rt_n, rt_total, rt_max = 2 * cycles * window / span, pause * 1e9 * window / span, 0
+        # quantile 1: the longest cycle's pause (both pauses) among the recent ones
+        top = _metric(b, 'go_gc_duration_seconds{quantile="1"}') or 0.0
+        rt_n, rt_total = 2 * cycles * window / span, pause * 1e9 * window / span
+        rt_max = top * 1e9
         assert abs(rt_n - n) <= 0.25 * n + 4, (rt_n, n)  # rates: the windows differ by ~1 s
     share = rt_total / window
     assert share >= 0.5 * STW_TIME_SHARE or rt_max >= 0.5 * STW_MAX_NS, (share, rt_max, ev)
-    assert 0.5 * total <= rt_total <= 2 * total, (rt_total, total)
+    if gc:  # (unnamed, the total holds other pauses of unknown length: profiles, stats)
+        assert 0.5 * total <= rt_total <= 2 * total, (rt_total, total)
 
 
 def check_lock(f: dict[str, Any], doc: dict[str, Any], view: RuntimeView) -> None:
-    """The mutex gmpmon names, against the runtime's goroutine dumps. gmpmon's wait is a
-    goroutine's time in the lock's slow path (lockSlow entry to exit: parked in semacquire,
-    then runnable until it runs): the dumps must show goroutines in lockSlow at the
-    finding's site, a share of all those in lockSlow near the finding's share, and on
-    average a fair part of the waiters its wait per second says (both time-weighted;
-    waits come in convoys, so the bounds are loose)."""
+    """The mutex gmpmon names, against the runtime's goroutine profiles over the same
+    seconds. gmpmon's wait is a goroutine's time in the lock's slow path (lockSlow entry to
+    exit: parked in semacquire, then runnable until it runs): the profiles must show
+    goroutines in lockSlow at the finding's site, a share of all those in lockSlow near the
+    finding's share, and on average a fair part of the waiters its wait per second says
+    (both time-weighted; waits come in convoys, so the bounds are loose)."""
     ev = f["evidence"]
     site = ev["site"]
-    assert site and view.dumps, "no site or no goroutine dump"
+    assert site and view.dumps, "no site or no goroutine profile"
     waiters = at_site = 0
     for dump in view.dumps:
         for block in dump.split("\n\n"):
-            if "sync.(*Mutex).lockSlow(" in block:
-                waiters += 1
-                at_site += f"\n{site}(" in block
-    assert at_site > 0, f"no goroutine waits at {site} in {len(view.dumps)} dumps"
+            head = block.split(" @ ", 1)[0].strip().splitlines()[-1:]
+            if "sync.(*Mutex).lockSlow+" in block and head and head[0].isdigit():
+                waiters += int(head[0])
+                at_site += int(head[0]) * (f"\t{site}+" in block)
+    assert at_site > 0, f"no goroutine waits at {site} in {len(view.dumps)} profiles"
     assert at_site / waiters >= 0.5 * ev["share_of_mutex_wait"], (at_site, waiters, ev)
     mean = at_site / len(view.dumps)
     assert mean >= 0.2 * ev["wait_per_second_ns"] / 1e9, (mean, ev["wait_per_second_ns"])
@@ -169,20 +175,25 @@ CHECKS: dict[str, Callable[[dict[str, Any], dict[str, Any], RuntimeView], None]]
 }
 
 
-def judge(name: str, mode: str, doc: dict[str, Any], view: RuntimeView) -> list[str]:
-    """One line per finding above info; asserts none is critical and each warning holds."""
+def judge(name: str, runs: list[tuple[str, dict[str, Any], RuntimeView]]) -> list[str]:
+    """One line per finding above info; asserts none is critical and each warning holds.
+    A lock is checked against the goroutine profiles of every loaded capture (the same load
+    on the same server): its waiters come in convoys, one profile a second sees few."""
     lines = []
-    for f in doc["findings"]:
-        if f["severity"] == "info":
-            continue
-        lines.append(f"{name} {mode}: {f['severity']} {f['id']}: {f['title']}")
-        assert f["severity"] != "critical", lines[-1]
-        check = CHECKS.get(f["id"])
-        assert check is not None, f"{lines[-1]}: no check of its evidence against the runtime"
-        try:
-            check(f, doc, view)
-        except AssertionError as e:
-            raise AssertionError(f"{lines[-1]}: the evidence does not hold: {e}") from e
+    profiles = [d for _m, _doc, v in runs for d in v.dumps]
+    for mode, doc, view in runs:
+        for f in doc["findings"]:
+            if f["severity"] == "info":
+                continue
+            lines.append(f"{name} {mode}: {f['severity']} {f['id']}: {f['title']}")
+            assert f["severity"] != "critical", lines[-1]
+            check = CHECKS.get(f["id"])
+            assert check is not None, f"{lines[-1]}: no check of its evidence"
+            v = RuntimeView(view.metrics, profiles) if f["id"] == "lock-contention" else view
+            try:
+                check(f, doc, v)
+            except AssertionError as e:
+                raise AssertionError(f"{lines[-1]}: the evidence does not hold: {e}") from e
     return lines
 
 
@@ -204,17 +215,17 @@ def idle_then_loaded(tmp_path: Path, name: str, idle_s: int, load_s: int,
             return t
 
         # One load under the three attaches (compile and teardown included), or one each.
-        wrk = load(len(MODES) * (load_s + 15 + DUMP_S)) if one_load else None
-        lines = []
+        wrk = load(len(MODES) * (load_s + 15)) if one_load else None
+        runs = []
         for mode in MODES:
-            w = wrk or load(load_s + 8 + DUMP_S)
-            doc, view = attach(srv, mode, load_s, tmp_path / f"{mode}-load.json")
-            view.dumps = dumps(srv)
+            w = wrk or load(load_s + 8)
+            doc, view = attach(srv, mode, load_s, tmp_path / f"{mode}-load.json", dump=True)
             if wrk is None:
                 w.join()
-            lines += judge(name, mode, doc, view)
+            runs.append((mode, doc, view))
         if wrk is not None:
             wrk.join()
+        lines = judge(name, runs)
         assert rates and min(rates) > 100, rates
         print("\n".join(lines) or f"{name}: no warning", f"(wrk: {rates} req/s)")
 
@@ -222,7 +233,7 @@ def idle_then_loaded(tmp_path: Path, name: str, idle_s: int, load_s: int,
 @pytest.mark.bpf
 @pytest.mark.parametrize("name", SERVERS)
 def test_healthy_server_no_false_alarm(tmp_path: Path, name: str) -> None:
-    idle_then_loaded(tmp_path, name, idle_s=4, load_s=10, one_load=True)
+    idle_then_loaded(tmp_path, name, idle_s=3, load_s=8, one_load=True)
 
 
 @pytest.mark.bpf
