@@ -283,3 +283,20 @@ def test_cpu_throttled_in_its_own_v1_cgroup(tmp_path: Path, v1_cpu_cgroup: Path)
     assert ev["nr_periods"] >= 15 and ev["nr_throttled"] >= 0.5 * ev["nr_periods"]
     assert ev["throttled_ns"] >= 300_000_000
     assert f["severity"] == "critical"
+
+
+@pytest.mark.bpf
+def test_scale_64_ps_on_the_cpus_first_finding_is_gomaxprocs_above_cpus(tmp: Path) -> None:
+    """scale sets GOMAXPROCS=64 itself; on this machine's CPUs (fewer than 16: 4x) that is
+    critical and the first finding, before its symptoms (long runs, saturation)."""
+    cpus = len(os.sched_getaffinity(0))
+    assert cpus * 4 <= 64, f"{cpus} CPUs: 64 Ps are not 4x them here"
+    doc = gm_run(tmp, "scale", "default", 2, "-t", "6s", opts=("-d", "4"))
+    first = doc["findings"][0]
+    assert first["id"] == "gomaxprocs-above-cpus", [f["id"] for f in doc["findings"]]
+    assert first["severity"] == "critical"
+    ev = first["evidence"]
+    assert ev["gomaxprocs"] == 64 and ev["usable_cpus"] <= cpus
+    assert ev["affinity_cpus"] == cpus and ev["sources"]["gomaxprocs"].startswith("runtime")
+    assert not [f for f in doc["findings"]
+                if f["id"] == "long-running-goroutine" and f["severity"] == "critical"]
