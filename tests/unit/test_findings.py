@@ -411,6 +411,36 @@ def test_default_mode_hand_offs_outside_windows_split_like_those_seen_inside() -
     assert "syscall-handoff" not in by_id(s)
 
 
+@pytest.mark.parametrize("outside_go", [0, 20])
+def test_cgo_pinning_only_with_evidence_of_pinning(outside_go: int) -> None:
+    """Default mode, 100 hand-offs a second: in the windows 18 of every 20 follow a syscall
+    and 2 a park of a locked M, but the windows saw only 6 locked-thread hand-offs (fewer
+    than 10). The split infers ~30 locked ones outside: not evidence on its own (Prometheus
+    got cgo-pinning with no sample outside Go). With 20 perf samples outside Go code (cgo)
+    it is."""
+    out = sleeper_events(seconds=3, mode="default")
+    for sec in range(3):
+        for k in range(100):
+            t = sec * 1e6 + k * 10 * MS + 4 * MS
+            if (t % 1e6) < 200 * MS:
+                if k % 10 == 0:
+                    out.append(ev(t, Kind.PARK, p=1, m=121, g=9, a0=CHANRECV))
+                else:
+                    out.append(ev(t, Kind.SYSCALL_ENTER, p=1, m=121, g=9, a0=1))
+            out.append(ev(t + 50, Kind.HANDOFF, p=1, m=121))
+    out += [ev(k * 100 * MS + 7, Kind.CPU_SAMPLE, p=-1, m=131, a0=2 | (5 << 32))
+            for k in range(outside_go)]
+    s = run(out, mode="default", stacks={5: ("main.main", "C.sqlite3_step")})
+    f = by_id(s).get("cgo-pinning")
+    if not outside_go:
+        assert f is None, f.title
+        return
+    assert f is not None
+    assert f.evidence["samples_outside_go"] == outside_go
+    assert f.evidence["locked_handoffs_seen"] == 6
+    assert f.evidence["outside_go_stack"] == ["C.sqlite3_step", "main.main"]
+
+
 # ---------------------------------------------------------------- gc-stw-latency
 
 def test_gc_stw_explains_the_tail_latency() -> None:
