@@ -1,10 +1,8 @@
 """FindingsTracker: what the findings engine needs that the Snapshot does not keep.
 
-Fed the same events as the Model, in the order the Model applies them (Model._apply hands
-every applied chunk on), so that live and replay give the same inputs. Pure and bounded:
-series are per second, tables are capped. Only a few kinds are looked at; the rest are
-skipped by a C-level filter (itertools.compress over the kind column), so the model's hot
-loop pays ~40 ns an event for it.
+Fed the same events as the Model, in the order it applies them, so that live and replay
+give the same inputs. Pure and bounded (per-second series, capped tables). Only a few kinds
+are looked at, picked by a C-level filter (compress over the kind column): ~40 ns an event.
 
 What it keeps, by the finding that uses it:
 
@@ -110,8 +108,7 @@ class FindingsTracker:
         self.long_run_count = 0
         self.long_by_goid: dict[int, list[int]] = {}  # goid -> [long runs, longest ns]
         self.preempt_by_goid: dict[int, int] = {}
-        # Perf samples per goroutine: times in user mode (Go code) and in kernel mode, so that
-        # a long run can be told on-CPU in Go from in a syscall or descheduled (inputs()).
+        # Perf sample times per goroutine, user and kernel mode: is a long run Go on a CPU?
         self._user_ts: dict[int, deque[int]] = {}
         self._kern_ts: dict[int, deque[int]] = {}
         self.sample_period_ns = 0
@@ -165,9 +162,7 @@ class FindingsTracker:
     def apply(self, events: list[EventTuple]) -> None:
         if not events:
             return
-        if self._t0 < 0:
-            self._t0 = events[0][0]
-            self.grq_next = self._t0
+        self.begin(events[0][0])
         kinds = list(map(_KIND, events))
         if not self.p_idles and K_P_IDLE in kinds:
             self.p_idles = 1
@@ -184,6 +179,12 @@ class FindingsTracker:
         tail = self._tail + events if self._tail else events
         cut = bisect_left(tail, tail[-1][0] - CAUSE_WINDOW_NS, key=_TS)
         self._tail = tail[cut:]
+
+    def begin(self, ts: int) -> None:
+        """The first event's time: the Model calls it before its handlers, which report
+        run-queue readings (their second is counted from it, whatever the batching)."""
+        if self._t0 < 0:
+            self._t0 = self.grq_next = ts
 
     def _apply_slow(self, events: list[EventTuple]) -> None:
         """Event by event: hand-off causes and the time Ps spent without an M. The previous
@@ -333,9 +334,8 @@ class FindingsTracker:
     def _got_m(self, p: int, ts: int, timed: bool = True) -> None:
         t = self._handed.pop(p, None)
         if t is not None and not timed:
-            # A P sample (50 Hz) saw an M on it, or saw it idle: the M came at some time in
-            # the last sampling interval, not at ``ts``. Counting up to ``ts`` made every
-            # hand-off outside default mode's windows last ~10 ms.
+            # A P sample (50 Hz) saw an M on it, or it idle: when in its interval is unknown
+            # (counting up to ``ts`` made every hand-off outside the windows ~10 ms long).
             self.no_m_untimed += 1
         elif t is not None:
             self.no_m_timed += 1
