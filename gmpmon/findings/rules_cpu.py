@@ -185,14 +185,20 @@ def long_running(ctx: Context) -> Finding | None:
                      for r in kern.long_running)
         period = period or kern.samples.period_ns
     system = _runtime_goroutines(ctx)
-    ours = tuple(r for r in runs if r.goid not in system)
+    seen = runs
+    ours = tuple(r for r in seen if r.goid not in system)
     kept, not_on_cpu, unmeasured = _on_cpu(ours, period)
     runs = tuple(sorted(kept, key=lambda r: (-r.ns, r.start)))
-    by_g: dict[int, tuple[int, int]] = {}
-    for r in runs:
-        n, mx = by_g.get(r.goid, (0, 0))
-        by_g[r.goid] = (n + 1, max(mx, r.ns))
-    count = len(runs)
+    by_g: dict[int, tuple[int, int]] = dict(inp.long_by_goid)
+    count = max(inp.long_run_count, len(runs))
+    if not_on_cpu or len(ours) < len(seen) or not inp.long_runs:
+        # Some runs were dropped (or only the perf sampler's are here): count the kept ones
+        # (the tracker's table of every run cannot tell which were on a CPU).
+        by_g = {}
+        for r in runs:
+            n, mx = by_g.get(r.goid, (0, 0))
+            by_g[r.goid] = (n + 1, max(mx, r.ns))
+        count = len(runs)
     pre = {g: n for g, n in inp.preempt_by_goid.items() if n > 0 and g not in system}
     if not runs and sum(pre.values()) < th.long_run_warn_count:
         return None
@@ -230,11 +236,12 @@ def long_running(ctx: Context) -> Finding | None:
     samples = sum(max(r.user_samples, 0) for r in runs)
     if runs:
         g0 = goroutines[0]
-        how = ("on a CPU in Go code" if checked else "(not checked against the kernel: no "
-               "perf samples)")
-        title = (f"Goroutine {lead}{where} ran up to {_ms(g0['longest_ns']):.0f} ms {how} "
+        how = " on a CPU in Go code" if checked else ""
+        note = "" if checked else "; not checked against the kernel: no perf samples"
+        title = (f"Goroutine {lead}{where} ran up to {_ms(g0['longest_ns']):.0f} ms{how} "
                  f"without yielding ({g0['runs']} of {count} runs >= "
-                 f"{th.long_run_ns // 1_000_000} ms; {sum(pre.values())} preemption requests)")
+                 f"{th.long_run_ns // 1_000_000} ms; {sum(pre.values())} preemption "
+                 f"requests{note})")
     else:
         title = (f"Goroutine {lead}{where} was asked to stop "
                  f"{goroutines[0]['preempt_requests']} times (no run of "
