@@ -57,6 +57,7 @@ class Thresholds:
     # and at least spin_min_cpu_samples of them (10 at the default 99 Hz is too few)
     spin_min_sampled_ns: int = 100_000_000
     spin_min_cpu_samples: int = 20
+    spin_cpu_kernel: float = 0.025  # ... and, perf samples on, the kernel sees this much CPU
     runq_limit: int = 256  # runq-overflow: len(p.runq)
     global_runq: int = 256
     locked_min: int = 10  # cgo-pinning: hand-offs by locked Ms ...

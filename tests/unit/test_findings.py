@@ -523,7 +523,7 @@ def test_goroutines_that_come_and_go_are_no_leak() -> None:
 
 # ---------------------------------------------------------------- idle-spinning
 
-def test_idle_spinning_searches_that_find_nothing() -> None:
+def spin_events() -> list[EventTuple]:
     out: list[EventTuple] = []
     for k in range(1000):  # every ms on each P: 50 µs of work, 300 µs searching, then idle
         t = k * MS
@@ -533,7 +533,28 @@ def test_idle_spinning_searches_that_find_nothing() -> None:
                     ev(t + p + 10, Kind.EXECUTE, p=p, m=100 + p, g=g),
                     ev(t + p + 60, Kind.PARK, p=p, m=100 + p, g=g, a0=CHANRECV),
                     ev(t + p + 360, Kind.P_IDLE, p=p, m=100 + p)]
-    s = run(out)
+    return out
+
+
+@pytest.mark.parametrize("in_find_runnable", [0, 120])
+def test_idle_spinning_needs_the_kernel_to_see_the_cpu(in_find_runnable: int) -> None:
+    """The events say 60% of a CPU searching; the perf sampler ran (999 Hz, 1 s: 1,000
+    samples of a goroutine) and saw 0 or 120 samples on g0 in findRunnable: 0% or 12% of a
+    CPU. A searching M the kernel descheduled is not spinning: no finding without the
+    kernel's share (Prometheus: 12% from the events, 1.7% in the samples)."""
+    out = spin_events() + cpu_samples(300, 0, 0, 1000 * MS)
+    stack = ("runtime.mstart", "runtime.schedule", "runtime.findRunnable")
+    out += [ev(k * 8 * MS + 3, Kind.CPU_SAMPLE, p=1, m=101, a0=1 | (P_RUNNING_ST << 8)
+               | (7 << 32)) for k in range(in_find_runnable)]
+    f = by_id(run(out, stacks={7: stack})).get("idle-spinning")
+    if not in_find_runnable:
+        assert f is None, f.title
+    else:
+        assert f is not None and f.evidence["findrunnable_cpus"] >= 0.1
+
+
+def test_idle_spinning_searches_that_find_nothing() -> None:
+    s = run(spin_events())  # no perf samples: the events alone
     f = by_id(s)["idle-spinning"]
     assert f.evidence["failed_searches"] >= 1300  # over the kept timeline (2,000 spans a P)
     assert 0.8 <= f.evidence["searching_share_of_busy"] <= 0.9  # 300 of 350 µs
