@@ -201,8 +201,9 @@ class FindingsTracker:
                 if e[3]:
                     m_last[e[3]] = _CAUSE_ROW(e)
             elif k in (K_EXECUTE, K_FIND_RUNNABLE, K_P_IDLE):
-                # An M took the P (EXECUTE, FIND_RUNNABLE), or the P went idle (handoffp
-                # with no work puts it on the idle list at once): no longer waiting for an M.
+                if k == K_EXECUTE and e[3]:
+                    m_last.pop(e[3], None)  # another G runs on the M: the park is not why
+                # An M took the P, or it went idle (handoffp with no work idles it at once)
                 if self._handed and e[2] >= 0:
                     self._got_m(e[2], e[0])
             elif k == K_HANDOFF:
@@ -430,8 +431,7 @@ class FindingsTracker:
             d = table[g] = deque(maxlen=GOROUTINE_SAMPLES)
         d.append(ts)
 
-    def _samples_in(self, run: LongRun) -> LongRun:
-        """``run`` with the perf samples of its goroutine between its start and end."""
+    def _samples_in(self, run: LongRun) -> LongRun:  # the goroutine's samples in the run
         if not self.sample_period_ns or self._sampler_off:
             return run
         end = run.start + run.ns

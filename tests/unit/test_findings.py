@@ -411,6 +411,23 @@ def test_default_mode_hand_offs_outside_windows_split_like_those_seen_inside() -
     assert "syscall-handoff" not in by_id(s)
 
 
+def test_a_park_then_another_goroutine_on_the_m_is_no_locked_thread() -> None:
+    """G9 parks on M121, M121 runs G11, then M121 hands its P off (a blocking syscall of
+    G11's whose SYSCALL_ENTER was not seen): G9's park is not the cause (Caddy's file
+    server got cgo-pinning so, full mode, no LockOSThread anywhere)."""
+    out = sleeper_events(seconds=1)
+    for k in range(50):
+        t = k * 20 * MS + 4 * MS
+        out += [ev(t, Kind.EXECUTE, p=1, m=121, g=9),
+                ev(t + 100, Kind.PARK, p=1, m=121, g=9, a0=CHANRECV),
+                ev(t + 110, Kind.EXECUTE, p=1, m=121, g=11),
+                ev(t + 120, Kind.HANDOFF, p=1, m=121, g=11),
+                ev(t + 500, Kind.EXECUTE, p=1, m=122, g=12),
+                ev(t + 520, Kind.PARK, p=1, m=122, g=12, a0=CHANRECV)]
+    s = run(out)
+    assert "cgo-pinning" not in by_id(s)
+
+
 @pytest.mark.parametrize("outside_go", [0, 20])
 def test_cgo_pinning_only_with_evidence_of_pinning(outside_go: int) -> None:
     """Default mode, 100 hand-offs a second: in the windows 18 of every 20 follow a syscall
