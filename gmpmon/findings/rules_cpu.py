@@ -163,7 +163,9 @@ def _on_cpu(runs: tuple[LongRun, ...], period: int) -> tuple[list[LongRun], int,
             kept.append(r)
             continue
         go_ns = min(r.ns, r.user_samples * period)
-        if go_ns >= LONG_RUN_GO_NS:
+        # ... from 2 samples at least: one says the G ran at one tick, not for a period
+        # (Caddy under wrk: three 1-sample "10 ms" runs made a warning).
+        if go_ns >= LONG_RUN_GO_NS and r.user_samples >= 2:
             kept.append(LongRun(r.goid, r.p, r.start, go_ns, r.sampled, r.user_samples,
                                 r.kernel_samples))
         else:
