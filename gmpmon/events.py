@@ -408,8 +408,10 @@ MAX_STACK_FRAMES = 32  # frames kept of a wait stack (the leaf end: where it par
 MAX_STACK_GROUPS = 200  # CENSUS_STACK groups sent per walk at most (the largest)
 class CgroupField(IntEnum):
     """CGROUP_CPU fields (absolute values). The quota and period are those of the most
-    restrictive cgroup on the path from the target's own up to the root (Go 1.25 reads it
-    the same way); the throttling counters are that cgroup's."""
+    restrictive cgroup on the path from the target's own up to the root (what the kernel
+    enforces); the throttling counters are that cgroup's. Go 1.25+ reads only the target's
+    own cgroup's limit (LEAF_*). AFFINITY_CPUS is not the cgroup's: the CPUs in the target's
+    sched_getaffinity mask (sent even without a cgroup, a1 = 0 then)."""
 
     QUOTA_US = 1  # cpu.max's first field / cpu.cfs_quota_us; U64_MAX = no limit ("max", -1)
     PERIOD_US = 2  # cpu.max's second field / cpu.cfs_period_us
@@ -417,6 +419,9 @@ class CgroupField(IntEnum):
     NR_THROTTLED = 4  # cpu.stat nr_throttled
     THROTTLED_NS = 5  # cpu.stat throttled_usec * 1000 (v2) / throttled_time (v1, ns)
     USAGE_NS = 6  # cpu.stat usage_usec * 1000 (v2) / cpuacct.usage (v1), 0 if unknown
+    AFFINITY_CPUS = 7  # CPUs in sched_getaffinity(target pid)
+    LEAF_QUOTA_US = 8  # the target's own cgroup's quota (U64_MAX: none)
+    LEAF_PERIOD_US = 9
 
 
 class LockKind(IntEnum):

@@ -47,6 +47,8 @@ class CpuReading:
     nr_throttled: int
     throttled_ns: int
     usage_ns: int
+    leaf_quota_us: int = -1  # the target's own cgroup's limit (what Go 1.25+ reads)
+    leaf_period_us: int = 0
 
 
 def parse_proc_cgroup(text: str) -> tuple[str | None, str | None]:
@@ -188,7 +190,8 @@ def read_cpu(cg: CpuCgroup) -> CpuReading | None:
             usage = int(acct) if acct is not None else 0
         except ValueError:
             usage = 0
-    period = best[3] if best else ((_limit(cg, cg.leaf) or (-1, 100_000))[1])
+    leaf = _limit(cg, cg.leaf) or (-1, 100_000)
+    period = best[3] if best else leaf[1]
     return CpuReading(
         version=cg.version,
         path=where,
@@ -198,6 +201,8 @@ def read_cpu(cg: CpuCgroup) -> CpuReading | None:
         nr_throttled=st.get("nr_throttled", 0),
         throttled_ns=throttled,
         usage_ns=usage,
+        leaf_quota_us=leaf[0] if leaf[0] > 0 else -1,
+        leaf_period_us=leaf[1],
     )
 
 
@@ -209,7 +214,17 @@ def reading_fields(r: CpuReading) -> dict[int, int]:
         CgroupField.NR_THROTTLED: r.nr_throttled,
         CgroupField.THROTTLED_NS: r.throttled_ns,
         CgroupField.USAGE_NS: r.usage_ns,
+        CgroupField.LEAF_QUOTA_US: U64_MAX if r.leaf_quota_us < 0 else r.leaf_quota_us,
+        CgroupField.LEAF_PERIOD_US: max(r.leaf_period_us, 0),
     }
+
+
+def affinity_cpus(pid: int) -> int:
+    """CPUs in the target's sched_getaffinity mask (its main thread's); 0 if unreadable."""
+    try:
+        return len(os.sched_getaffinity(pid))
+    except OSError:
+        return 0
 
 
 class CgroupCpuReader:
@@ -222,11 +237,17 @@ class CgroupCpuReader:
         self._next = 0
         self._last: dict[int, int] = {}
         self._version = 0
+        self._affinity = 0
 
     def read(self, now: int, out: list[EventTuple], *, force: bool = False) -> None:
         if now < self._next and not force:
             return
         self._next = now + READ_EVERY_NS
+        ncpu = affinity_cpus(self.pid) if self.proc == "/proc" else 0
+        if ncpu and self._affinity != ncpu:
+            self._affinity = ncpu
+            out.append((now, _CGROUP_CPU, -1, 0, int(CgroupField.AFFINITY_CPUS), ncpu,
+                        self._version))
         pc = _read(f"{self.proc}/{self.pid}/cgroup")
         mi = _read(f"{self.proc}/self/mountinfo")
         if pc is None or mi is None:

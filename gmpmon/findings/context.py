@@ -30,15 +30,20 @@ class Thresholds:
     handoff_rate: float = 20.0  # syscall-handoff: per second ...
     handoff_min: int = 20
     handoff_rate_critical: float = 500.0
-    no_m_share: float = 0.05  # ... or Ps without an M this share of P-time
+    handoff_share: float = 0.05  # ... and (syscalls counted) this share of the syscalls
+    no_m_share: float = 0.10  # ... or Ps without an M this share of P-time
+    no_m_critical: float = 0.25
+    no_m_min_timed: int = 50  # ... from this many hand-offs timed by events, at least
     stw_tail_share: float = 0.20  # gc-stw-latency: STW share of the tail waits
     stw_tail_share_critical: float = 0.50
     stw_tail_min_samples: int = 3
     stw_time_share: float = 0.02  # ... or pauses this share of wall time
     stw_max_ns: int = 10_000_000
+    stw_min_count: int = 10  # ... from this many pauses (5 GC cycles) at least
+    stw_min_slow: int = 3  # ... or this many pauses of stw_max_ns or more (one is no pattern)
     lock_share: float = 0.5  # lock-contention: one address this share of all mutex wait
     lock_wait_share: float = 0.05  # ... and that wait this share of wall time
-    lock_wait_critical: float = 1.0  # on average a goroutine always waiting on it
+    lock_wait_critical: float = 1.0  # on average this many goroutines a P waiting on it
     lock_min: int = 10
     leak_min: int = 100  # goroutine-leak: net growth over the run ...
     leak_min_seconds: int = 5  # ... over at least this many seconds of points
@@ -59,10 +64,13 @@ class Thresholds:
     # and at least spin_min_cpu_samples of them (10 at the default 99 Hz is too few)
     spin_min_sampled_ns: int = 100_000_000
     spin_min_cpu_samples: int = 20
+    spin_cpu_kernel: float = 0.025  # ... and, perf samples on, the kernel sees this much CPU
     runq_limit: int = 256  # runq-overflow: len(p.runq)
     global_runq: int = 256
     locked_min: int = 10  # cgo-pinning: hand-offs by locked Ms ...
     locked_rate: float = 5.0  # ... per second
+    cgo_min_samples: int = 10  # ... seen as such, or this many perf samples outside Go code
+    procs_over_critical: int = 4  # gomaxprocs-above-cpus: Ps >= this many times the CPUs
     min_duration_ns: int = NS // 2  # below this no rule speaks (too little to judge)
 
 

@@ -13,13 +13,14 @@ from gmpmon.findings.attribution import attribute
 from gmpmon.findings.context import Context, Thresholds
 from gmpmon.model import Model
 from gmpmon.model.evidence import FindingsTracker
-from gmpmon.model.findingtypes import Attribution, Finding, FindingsInputs
+from gmpmon.model.findingtypes import Attribution, Finding, FindingsInputs, Severity
 from gmpmon.model.snapshot import Snapshot
 
 Rule = Callable[[Context], Finding | None]
 
 # One rule per finding id, in the order ties are shown.
 RULES: tuple[tuple[str, Rule], ...] = (
+    ("gomaxprocs-above-cpus", rules_cpu.gomaxprocs_above_cpus),
     ("cpu-throttled", rules_cpu.cpu_throttled),
     ("cpu-saturation", rules_cpu.cpu_saturation),
     ("runq-overflow", rules_wait.runq_overflow),
@@ -32,6 +33,9 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("idle-spinning", rules_cpu.idle_spinning),
 )
 FINDING_IDS = tuple(i for i, _r in RULES)
+# Causes: at WARNING or above, shown before every other finding whatever their severity
+# (too many Ps for the CPUs makes long runs, saturation, STW waits and spinning).
+CAUSES = frozenset({"gomaxprocs-above-cpus"})
 
 
 def evaluate(
@@ -52,7 +56,8 @@ def evaluate(
     out = [f for _fid, rule in RULES if (f := rule(ctx)) is not None]
     for f in out:
         f.evidence.setdefault("window_ns", ctx.duration_ns)  # the time the evidence covers
-    out.sort(key=lambda f: (-f.severity, order.get(f.id, 99)))
+    out.sort(key=lambda f: (not (f.id in CAUSES and f.severity >= Severity.WARNING),
+                            -f.severity, order.get(f.id, 99)))
     return tuple(out), att
 
 

@@ -45,9 +45,15 @@ def name_goroutines(kern: KernelView | None, rows: list[dict[str, Any]]) -> str:
     return str(rows[0].get("function", "")) if rows else ""
 
 
+SITE_MIN_SAMPLES = 10  # a site is named from this many perf samples ...
+SITE_MIN_SHARE = 0.5  # ... that are this share of the goroutines' sampled stacks
+
+
 def syscall_names(kern: KernelView | None, goids: set[int], top: int = 5) -> dict[str, Any]:
     """Syscalls by name (tracepoints) and the stacks the hand-off goroutines were sampled in
-    inside the kernel (their syscall sites)."""
+    (their syscall sites). The site is named only from SITE_MIN_SAMPLES samples that are
+    SITE_MIN_SHARE of those goroutines' samples; below that it is a ``syscall_site_guess``
+    with its samples, never a ``syscall_site``."""
     out: dict[str, Any] = {}
     if kern is None:
         return out
@@ -63,9 +69,12 @@ def syscall_names(kern: KernelView | None, goids: set[int], top: int = 5) -> dic
             sites[stack] = sites.get(stack, 0) + n
     if sites:
         stack, n = max(sites.items(), key=lambda kv: (kv[1], kv[0]))
-        out["syscall_site"] = own_frame(stack)
+        total = sum(sites.values())
+        sure = n >= SITE_MIN_SAMPLES and n >= SITE_MIN_SHARE * total
+        out["syscall_site" if sure else "syscall_site_guess"] = own_frame(stack)
         out["syscall_stack"] = list(reversed(stack))[:10]
         out["syscall_site_samples"] = n
+        out["syscall_site_share"] = round(n / total, 3)
     return out
 
 

@@ -92,7 +92,7 @@ def cpu_throttled(ctx: Context) -> Finding | None:
     over = cpus > 0 and snap.gomaxprocs > math.ceil(cpus - 1e-9)
     ratio = cg.nr_throttled / cg.nr_periods if cg.nr_periods else 0.0
     throttled = cg.nr_throttled >= th.throttle_min and ratio >= th.throttle_ratio
-    if not (over or throttled):
+    if not throttled:  # Ps above the quota alone: gomaxprocs-above-cpus says so
         return None
     share = cg.throttled_ns / ctx.duration_ns if ctx.duration_ns else 0.0
     crit = throttled and (ratio >= th.throttle_ratio_critical or share >= 0.10)
@@ -139,20 +139,69 @@ def cpu_throttled(ctx: Context) -> Finding | None:
     )
 
 
+RUNTIME_USER_STARTS = ("runtime.main", "runtime.handleAsyncEvent")  # isSystemGoroutine's
+
+
+def _runtime_goroutines(ctx: Context) -> set[int]:
+    """Goids of the runtime's own goroutines (GC mark workers, sweeper, scavenger...: start
+    function runtime.*, as isSystemGoroutine decides), among the goroutines the model knows.
+    A dedicated GC mark worker runs until preempted by design: not the program's loop."""
+    return {g.goid for g in ctx.snap.goroutines
+            if g.start.startswith("runtime.") and g.start not in RUNTIME_USER_STARTS}
+
+
+def _on_cpu(runs: tuple[LongRun, ...], period: int) -> tuple[list[LongRun], int, int]:
+    """(the runs that were on a CPU in Go code for at least the long-run threshold, each
+    cut to that time; runs dropped for lack of it; runs not measured). A run's time in Go is
+    its user-mode perf samples x the sampling period (capped at its length): a goroutine in
+    a syscall is sampled in kernel mode, a descheduled thread is not sampled at all."""
+    kept: list[LongRun] = []
+    dropped = unmeasured = 0
+    for r in runs:
+        if r.user_samples < 0 or not period:
+            unmeasured += 1
+            kept.append(r)
+            continue
+        go_ns = min(r.ns, r.user_samples * period)
+        # ... from 2 samples at least: one says the G ran at one tick, not for a period
+        # (Caddy under wrk: three 1-sample "10 ms" runs made a warning).
+        if go_ns >= LONG_RUN_GO_NS and r.user_samples >= 2:
+            kept.append(LongRun(r.goid, r.p, r.start, go_ns, r.sampled, r.user_samples,
+                                r.kernel_samples))
+        else:
+            dropped += 1
+    return kept, dropped, unmeasured
+
+
+LONG_RUN_GO_NS = 10_000_000  # sysmon's forcePreemptNS, in user-mode CPU time
+
+
 def long_running(ctx: Context) -> Finding | None:
     inp, th, kern = ctx.inputs, ctx.th, ctx.snap.kernel
     runs = inp.long_runs
-    by_g = dict(inp.long_by_goid)
-    count = inp.long_run_count
+    period = inp.sample_period_ns
     if not runs and kern is not None and kern.long_running:
         # The perf sampler saw them (same G on the same P across consecutive perf samples).
-        runs = tuple(LongRun(r.goid, r.p, r.start, r.end - r.start, True)
+        runs = tuple(LongRun(r.goid, r.p, r.start, r.end - r.start, True, r.user_samples,
+                             r.samples - r.user_samples if r.user_samples >= 0 else -1)
                      for r in kern.long_running)
-        count = max(kern.long_runs_total, len(runs))
+        period = period or kern.samples.period_ns
+    system = _runtime_goroutines(ctx)
+    seen = runs
+    ours = tuple(r for r in seen if r.goid not in system)
+    kept, not_on_cpu, unmeasured = _on_cpu(ours, period)
+    runs = tuple(sorted(kept, key=lambda r: (-r.ns, r.start)))
+    by_g: dict[int, tuple[int, int]] = dict(inp.long_by_goid)
+    count = max(inp.long_run_count, len(runs))
+    if not_on_cpu or len(ours) < len(seen) or not inp.long_runs:
+        # Some runs were dropped (or only the perf sampler's are here): count the kept ones
+        # (the tracker's table of every run cannot tell which were on a CPU).
+        by_g = {}
         for r in runs:
             n, mx = by_g.get(r.goid, (0, 0))
             by_g[r.goid] = (n + 1, max(mx, r.ns))
-    pre = {g: n for g, n in inp.preempt_by_goid.items() if n > 0}
+        count = len(runs)
+    pre = {g: n for g, n in inp.preempt_by_goid.items() if n > 0 and g not in system}
     if not runs and sum(pre.values()) < th.long_run_warn_count:
         return None
     longest = runs[0].ns if runs else 0
@@ -162,16 +211,17 @@ def long_running(ctx: Context) -> Finding | None:
         # A few runs seen only by P samples: a goroutine woken into runnext inherits its
         # time slice (same schedtick), so a busy but yielding G can look like one run.
         many, longest = False, min(longest, th.long_run_warn_ns - 1)
+    checked = bool(runs) and unmeasured == 0
     if not runs:
         if max(pre.values(), default=0) < th.preempt_only_info:
             return None
         sev = Severity.INFO
     elif longest < th.long_run_warn_ns and not many:
         sev = Severity.INFO
-    elif longest >= th.long_run_critical_ns:
+    elif longest >= th.long_run_critical_ns and checked:
         sev = Severity.CRITICAL
     else:
-        sev = Severity.WARNING
+        sev = Severity.WARNING  # unchecked runs (no perf samples) are never critical
     top = sorted(by_g.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))[:5]
     goroutines = [
         {"goid": g, "runs": n, "longest_ns": mx, "preempt_requests": pre.get(g, 0)}
@@ -185,15 +235,19 @@ def long_running(ctx: Context) -> Finding | None:
     lead = goroutines[0]["goid"] if goroutines else 0
     function = kev.name_goroutines(kern, goroutines)
     where = f" in {function}" if function else ""
+    samples = sum(max(r.user_samples, 0) for r in runs)
     if runs:
         g0 = goroutines[0]
-        title = (f"Goroutine {lead}{where} ran up to {_ms(g0['longest_ns']):.0f} ms without "
-                 f"yielding ({g0['runs']} of {count} runs >= "
-                 f"{th.long_run_ns // 1_000_000} ms; {sum(pre.values())} preemption requests)")
+        how = " on a CPU in Go code" if checked else ""
+        note = "" if checked else "; not checked against the kernel: no perf samples"
+        title = (f"Goroutine {lead}{where} ran up to {_ms(g0['longest_ns']):.0f} ms{how} "
+                 f"without yielding ({g0['runs']} of {count} runs >= "
+                 f"{th.long_run_ns // 1_000_000} ms; {sum(pre.values())} preemption "
+                 f"requests{note})")
     else:
         title = (f"Goroutine {lead}{where} was asked to stop "
                  f"{goroutines[0]['preempt_requests']} times (no run of "
-                 f"{th.long_run_ns // 1_000_000} ms seen)")
+                 f"{th.long_run_ns // 1_000_000} ms on a CPU in Go code seen)")
     return Finding(
         "long-running-goroutine",
         sev,
@@ -206,19 +260,28 @@ def long_running(ctx: Context) -> Finding | None:
             "threshold_ns": th.long_run_ns,
             "goroutines": goroutines,
             "preempt_requests": sum(pre.values()),
+            # The kernel's view: runs held by the P but mostly in a syscall or descheduled
+            # (too few user-mode perf samples) are not counted; nor are the runtime's own.
+            "runs_not_on_cpu": not_on_cpu,
+            "runs_not_checked": unmeasured,
+            "runtime_goroutine_runs": len(inp.long_runs) - len(ours) if inp.long_runs else 0,
+            "user_mode_samples": samples if period else None,
+            "sample_period_ns": period or None,
             "sources": {
                 "long_runs": "+".join(
                     s for s, ok in (("events", exact), ("samples", sampled)) if ok
                 ) or "none",
+                "on_cpu": "perf samples (user vs kernel mode)" if period else "not measured",
                 "preempt_requests": "events (preemptone)",
                 "function": "perf samples (user stacks)" if function else "none",
             },
-            "sampled": (["long_runs"] if sampled else []) + (["function", "stack"]
-                                                             if function else []),
+            "sampled": (["long_runs"] if sampled else []) + (["longest_ns"] if period else [])
+                       + (["function", "stack"] if function else []),
         },
-        "A goroutine that runs 10 ms or more holds its P: others queue behind it until sysmon "
-        "preempts it (SIGURG). Break the loop into chunks, move it off the latency path, or "
-        "call runtime.Gosched() in tight loops; check the stack for an unexpected hot loop.",
+        "A goroutine that runs 10 ms or more on a CPU holds its P: others queue behind it "
+        "until sysmon preempts it (SIGURG). Break the loop into chunks, move it off the "
+        "latency path, or call runtime.Gosched() in tight loops; check the stack for an "
+        "unexpected hot loop.",
     )
 
 
@@ -269,7 +332,12 @@ def idle_spinning(ctx: Context) -> Finding | None:
     k_enough = (k_search >= th.spin_min_cpu_samples
                 and k_search * k_period >= th.spin_min_sampled_ns)
     k_hit = k_enough and k_cpu >= th.spin_cpu and k_share >= th.spin_busy
-    if not (ev_hit or sample_hit or k_hit):
+    # Spinning is CPU burnt: when the perf sampler ran, the kernel must see some of it (a
+    # searching M that the kernel descheduled is "searching" to the events, not spinning;
+    # Prometheus under wrk: 12% of a CPU from the events, 1.7% in the samples).
+    sampler = snap.kernel is not None and k_period > 0 and snap.kernel.samples.total > 0
+    kernel_agrees = not sampler or k_cpu >= th.spin_cpu_kernel
+    if not (k_hit or ((ev_hit or sample_hit) and kernel_agrees)):
         return None
     st = snap.steals
     failed = st.attempts - st.count
@@ -312,4 +380,90 @@ def idle_spinning(ctx: Context) -> Finding | None:
         "burnt in findRunnable (futex wake/sleep, steal attempts). Batch the work (fewer, "
         "larger hand-offs between goroutines), use fewer timers/tickers with coarser "
         "periods, or lower GOMAXPROCS toward the real parallelism of the load.",
+    )
+
+
+def go_default_gomaxprocs(affinity: int, leaf_quota_cpus: float) -> int:
+    """GOMAXPROCS as Go 1.25+ sets it by default (runtime defaultGOMAXPROCS): the CPUs in
+    the affinity mask, lowered to the target's own cgroup's quota rounded up, but not below
+    2 (adjustCgroupGOMAXPROCS: ceil(limit), max(limit, 2)). 0 when the affinity is unknown."""
+    if affinity <= 0:
+        return 0
+    if leaf_quota_cpus > 0:
+        return min(affinity, max(2, math.ceil(leaf_quota_cpus - 1e-9)))
+    return affinity
+
+
+def gomaxprocs_above_cpus(ctx: Context) -> Finding | None:
+    """More Ps than CPUs the process may use (its affinity mask, its cgroup quota): the
+    runtime runs GOMAXPROCS Ms at once and the kernel time-slices them, so a goroutine
+    "running" on a P waits for a CPU, sysmon preempts it, STW waits for descheduled Ms."""
+    snap, th, cg = ctx.snap, ctx.th, ctx.inputs.cgroup
+    affinity = ctx.inputs.cpus_allowed
+    quota = cg.cpus if cg is not None else 0.0
+    limits = [n for n in (affinity, math.ceil(quota - 1e-9) if quota > 0 else 0) if n > 0]
+    if not limits:
+        return None
+    usable = min(limits)  # whole CPUs: a quota of 1.5 lets 2 threads run at once
+    # The runtime's own gomaxprocs, read from its memory (a program may call
+    # runtime.GOMAXPROCS after gmpmon read the header's), else the header's.
+    rt = snap.runtime
+    live = rt is not None and rt.gomaxprocs > 0
+    procs = rt.gomaxprocs if rt is not None and live else snap.gomaxprocs
+    if procs <= usable:
+        return None
+    leaf = cg.leaf_quota_us / cg.leaf_period_us if (
+        cg is not None and cg.leaf_quota_us > 0 and cg.leaf_period_us > 0) else 0.0
+    if cg is not None and cg.leaf_quota_us == -2:
+        leaf = quota  # a recording made before the leaf's own quota was read
+    go_default = go_default_gomaxprocs(affinity, leaf)
+    minor = ctx.go_minor()
+    # Go 1.25+ rounds a quota below 2 up to 2 Ps: that is the runtime's own choice, not worth
+    # a warning; anything above both that and the usable CPUs was set by someone.
+    if procs <= max(2, usable):
+        sev = Severity.INFO
+    elif procs >= th.procs_over_critical * usable:
+        sev = Severity.CRITICAL
+    else:
+        sev = Severity.WARNING
+    why = []
+    if affinity:
+        why.append(f"{affinity} CPUs in its affinity mask")
+    if quota > 0:
+        why.append(f"a cgroup quota of {quota:g} CPUs")
+    if minor >= 25:
+        ver = (f"{snap.go_version} would pick {go_default or '?'} by default (Go 1.25+ reads "
+               f"the affinity and the quota): GOMAXPROCS={procs} was set explicitly "
+               f"(GOMAXPROCS env, runtime.GOMAXPROCS) or GODEBUG=updatemaxprocs=0")
+    else:
+        ver = (f"{snap.go_version} sizes GOMAXPROCS from the affinity mask only (cgroup "
+               f"quotas are read from Go 1.25 on)")
+    return Finding(
+        "gomaxprocs-above-cpus",
+        sev,
+        f"GOMAXPROCS={procs} but the process may use {usable} CPUs ({', '.join(why)}): "
+        f"{procs - usable} Ps have no CPU to run on",
+        {
+            "gomaxprocs": procs,
+            "usable_cpus": usable,
+            "affinity_cpus": affinity or None,
+            "quota_cpus": round(quota, 3) if quota > 0 else None,
+            "leaf_quota_cpus": round(leaf, 3) if leaf > 0 else None,
+            "go125_default": go_default or None,
+            "go_version": snap.go_version,
+            "ratio": round(procs / usable, 2),
+            "sources": {"affinity_cpus": "sched_getaffinity(target)" if affinity
+                        else "not measured",
+                        "quota_cpus": (f"cgroup v{cg.version} "
+                                       + ("cpu.max" if cg.version == 2 else "cpu.cfs_quota_us"))
+                        if cg is not None and quota > 0 else "not measured",
+                        "gomaxprocs": "runtime counters (sched.gomaxprocs)" if live
+                        else "at attach"},
+            "sampled": [],
+        },
+        f"{ver}. With more Ps than CPUs the kernel time-slices the Ms that hold Ps: a "
+        f"goroutine that is 'running' waits for a CPU, sysmon preempts it, stop-the-world "
+        f"pauses wait for descheduled threads, and idle Ms spin. Set GOMAXPROCS={usable} "
+        f"(or unset it on Go 1.25+), or give the process more CPUs. Long runs, scheduling "
+        f"latency and saturation reported with this are its symptoms.",
     )

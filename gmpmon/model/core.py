@@ -241,6 +241,7 @@ class Model:
             self.late_events += sum(1 for e in events if e[0] < self.applied_ts)
         if self.first_ts < 0:
             self.first_ts = events[0][0]
+            self.findings.begin(self.first_ts)
         handlers = self._handlers
         for e in events:
             fn = handlers[e[1] & 0xFF]

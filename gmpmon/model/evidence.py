@@ -1,10 +1,8 @@
 """FindingsTracker: what the findings engine needs that the Snapshot does not keep.
 
-Fed the same events as the Model, in the order the Model applies them (Model._apply hands
-every applied chunk on), so that live and replay give the same inputs. Pure and bounded:
-series are per second, tables are capped. Only a few kinds are looked at; the rest are
-skipped by a C-level filter (itertools.compress over the kind column), so the model's hot
-loop pays ~40 ns an event for it.
+Fed the same events as the Model, in the order it applies them, so that live and replay
+give the same inputs. Pure and bounded (per-second series, capped tables). Only a few kinds
+are looked at, picked by a C-level filter (compress over the kind column): ~40 ns an event.
 
 What it keeps, by the finding that uses it:
 
@@ -32,10 +30,19 @@ from collections import deque
 from itertools import compress, repeat
 from operator import itemgetter
 
-from gmpmon.events import U64_MAX, UNKNOWN_FRAME, CgroupField, EventTuple, Header, Kind
+from gmpmon.events import (
+    SAMPLE_G0,
+    SAMPLE_GO,
+    SAMPLE_KERNEL,
+    U64_MAX,
+    UNKNOWN_FRAME,
+    EventTuple,
+    Header,
+    Kind,
+)
+from gmpmon.model.cgrouptrack import CgroupTracker
 from gmpmon.model.findingtypes import (
     CensusGrowth,
-    CgroupCpu,
     FindingsInputs,
     GrowthSeries,
     HandoffStats,
@@ -60,7 +67,10 @@ K_SYSCALL_ENTER, K_HANDOFF = int(Kind.SYSCALL_ENTER), int(Kind.HANDOFF)
 K_PREEMPT_REQ, K_PREEMPTED = int(Kind.PREEMPT_REQ), int(Kind.PREEMPTED)
 K_P_SAMPLE, K_SCHED_SAMPLE = int(Kind.P_SAMPLE), int(Kind.SCHED_SAMPLE)
 K_LOST, K_WINDOW, K_CGROUP = int(Kind.LOST), int(Kind.WINDOW), int(Kind.CGROUP_CPU)
+K_DROP = int(Kind.DROP)
 K_P_IDLE = int(Kind.P_IDLE)
+K_CPU_SAMPLE, K_SAMPLER_OFF = int(Kind.CPU_SAMPLE), int(Kind.SAMPLER_OFF)
+GOROUTINE_SAMPLES = 4096  # perf sample times kept per goroutine (long runs look back in them)
 K_CENSUS_BEGIN, K_CENSUS_STATE = int(Kind.CENSUS_BEGIN), int(Kind.CENSUS_STATE)
 K_CENSUS_SITE, K_CENSUS_END = int(Kind.CENSUS_SITE), int(Kind.CENSUS_END)
 K_CENSUS_STACK, K_CENSUS_STACK_WAIT = int(Kind.CENSUS_STACK), int(Kind.CENSUS_STACK_WAIT)
@@ -72,12 +82,12 @@ _TS = itemgetter(0)
 _CAUSE_ROW = itemgetter(0, 1, 4, 5)  # (ts, kind, g, a0) of an M's last PARK/SYSCALL_ENTER
 _RARE = frozenset({K_PREEMPT_REQ, K_P_SAMPLE, K_SCHED_SAMPLE, K_CGROUP, K_CENSUS_BEGIN,
                    K_CENSUS_STATE, K_CENSUS_SITE, K_CENSUS_END, K_CENSUS_STACK,
-                   K_CENSUS_STACK_WAIT})
+                   K_CENSUS_STACK_WAIT, K_CPU_SAMPLE, K_SAMPLER_OFF})
 _CHURN = frozenset({K_GO_CREATE, K_GO_EXIT})
 _G, _A0 = itemgetter(4), itemgetter(5)
 _CAUSES = frozenset({K_PARK, K_SYSCALL_ENTER})
 _SLOW = _RARE | _CHURN | {K_PARK, K_SYSCALL_ENTER, K_EXECUTE, K_FIND_RUNNABLE, K_HANDOFF,
-                          K_WINDOW, K_LOST}
+                          K_WINDOW, K_LOST, K_P_IDLE, K_DROP}
 _P_RUNNING_STATUS = 1  # index of "running" in Header.p_status (events.P_SAMPLE a0 & 0xff)
 
 
@@ -104,6 +114,11 @@ class FindingsTracker:
         self.long_run_count = 0
         self.long_by_goid: dict[int, list[int]] = {}  # goid -> [long runs, longest ns]
         self.preempt_by_goid: dict[int, int] = {}
+        # Perf sample times per goroutine, user and kernel mode: is a long run Go on a CPU?
+        self._user_ts: dict[int, deque[int]] = {}
+        self._kern_ts: dict[int, deque[int]] = {}
+        self.sample_period_ns = 0
+        self._sampler_off = False
         # hand-offs
         self._tail: list[EventTuple] = []
         self._handed: dict[int, int] = {}  # P -> hand-off ts (no M yet)
@@ -111,6 +126,8 @@ class FindingsTracker:
         self.handoff_cause: dict[str, int] = {}
         self.no_m_ns = 0
         self.no_m_max_ns = 0
+        self.no_m_timed = 0  # hand-offs whose end an event timed (EXECUTE/FIND_RUNNABLE/P_IDLE)
+        self.no_m_untimed = 0  # ... that a P sample ended (only known to be before it)
         self.handoff_g: dict[int, int] = {}
         self.locked_g: dict[int, int] = {}
         # run queues
@@ -135,27 +152,21 @@ class FindingsTracker:
         self.spin_nonzero = 0
         self.spin_sum = 0
         self.idle_sum = 0
-        # cgroup
-        self._cg_first: dict[int, int] = {}
-        self._cg_last: dict[int, int] = {}
-        self._cg_version = 0
-        self._cg_first_ts = 0
-        self._cg_last_ts = 0
-        self._cg_reads = 0
+        self.cgroup = CgroupTracker()
         self._p_running = _p_running_index(header.p_status)
+        self._p_idle = _p_status_index(header.p_status, "idle", 0)
 
     # ------------------------------------------------------------------ input
 
     def apply(self, events: list[EventTuple]) -> None:
         if not events:
             return
-        if self._t0 < 0:
-            self._t0 = events[0][0]
-            self.grq_next = self._t0
+        self.begin(events[0][0])
         kinds = list(map(_KIND, events))
         if not self.p_idles and K_P_IDLE in kinds:
             self.p_idles = 1
-        if K_HANDOFF in kinds or K_WINDOW in kinds or K_LOST in kinds or self._handed:
+        if (K_HANDOFF in kinds or K_WINDOW in kinds or K_LOST in kinds or K_DROP in kinds
+                or self._handed):
             self._apply_slow(events)
         else:
             if K_GO_CREATE in kinds or K_GO_EXIT in kinds:
@@ -167,6 +178,12 @@ class FindingsTracker:
         tail = self._tail + events if self._tail else events
         cut = bisect_left(tail, tail[-1][0] - CAUSE_WINDOW_NS, key=_TS)
         self._tail = tail[cut:]
+
+    def begin(self, ts: int) -> None:
+        """The first event's time: the Model calls it before its handlers, which report
+        run-queue readings (their second is counted from it, whatever the batching)."""
+        if self._t0 < 0:
+            self._t0 = self.grq_next = ts
 
     def _apply_slow(self, events: list[EventTuple]) -> None:
         """Event by event: hand-off causes and the time Ps spent without an M. The previous
@@ -182,14 +199,22 @@ class FindingsTracker:
             if k in (K_PARK, K_SYSCALL_ENTER):
                 if e[3]:
                     m_last[e[3]] = _CAUSE_ROW(e)
-            elif k in (K_EXECUTE, K_FIND_RUNNABLE):
+            elif k in (K_EXECUTE, K_FIND_RUNNABLE, K_P_IDLE):
+                if k == K_EXECUTE and e[3]:
+                    m_last.pop(e[3], None)  # another G runs on the M: the park is not why
+                # An M took the P, or it went idle (handoffp with no work idles it at once)
                 if self._handed and e[2] >= 0:
                     self._got_m(e[2], e[0])
             elif k == K_HANDOFF:
                 self._handoff(e, m_last)
-            elif k in (K_WINDOW, K_LOST):
+            elif k in (K_WINDOW, K_LOST, K_DROP):
                 if k == K_WINDOW:
                     self._hot = bool(e[5])
+                else:
+                    # Records lost (kernel ring) or dropped (a full queue): the EXECUTE or
+                    # P_IDLE that ended a hand-off may be among them. Its time is unknown.
+                    for p in list(self._handed):
+                        self._got_m(p, e[0], False)
                 m_last.clear()  # what happened in between is unknown
             else:
                 self._one(e)
@@ -226,8 +251,14 @@ class FindingsTracker:
             self._p_sample(e)
         elif k == K_SCHED_SAMPLE:
             self._sched_sample(e)
+        elif k == K_CPU_SAMPLE:
+            self._cpu_sample(e)
+        elif k == K_SAMPLER_OFF:
+            self._sampler_off = True  # R14 not trusted: nothing the samples said counts
+            self._user_ts.clear()
+            self._kern_ts.clear()
         elif k == K_CGROUP:
-            self._cgroup(e)
+            self.cgroup.apply(e)
         elif k == K_CENSUS_BEGIN:
             self._census_new = ({}, {})
             self._groups_new = {}
@@ -311,9 +342,14 @@ class FindingsTracker:
             lr.sort(key=lambda r: (-r.ns, r.start))
             del lr[MAX_LONG_RUNS:]
 
-    def _got_m(self, p: int, ts: int) -> None:
+    def _got_m(self, p: int, ts: int, timed: bool = True) -> None:
         t = self._handed.pop(p, None)
-        if t is not None:
+        if t is not None and not timed:
+            # A P sample (50 Hz) saw an M on it, or it idle: when in its interval is unknown
+            # (counting up to ``ts`` made every hand-off outside the windows ~10 ms long).
+            self.no_m_untimed += 1
+        elif t is not None:
+            self.no_m_timed += 1
             d = ts - t
             self.no_m_ns += d
             if d > self.no_m_max_ns:
@@ -369,9 +405,9 @@ class FindingsTracker:
         self.local_n += 1
         if n >= self.rq_note:
             self.runq(p, n, True)
-        if m and self._handed:
-            self._got_m(p, ts)
         running = (a0 & 0xFF) == self._p_running and g != 0
+        if self._handed and (m or (a0 & 0xFF) == self._p_idle):
+            self._got_m(p, ts, False)  # an M has it, or it is idle: no longer waiting
         cur = self._srun.get(p)
         if cur is not None and running and cur[0] == g and cur[1] == tick:
             self._srun[p] = (g, tick, cur[2], ts)
@@ -384,6 +420,39 @@ class FindingsTracker:
         else:
             self._srun.pop(p, None)
 
+    def _cpu_sample(self, e: EventTuple) -> None:
+        if self._sampler_off:
+            return
+        if not self.sample_period_ns:
+            self.sample_period_ns = 1_000_000_000 // max(self.header.sample_hz, 1)
+        ts, g, outcome = e[0], e[4], e[5] & 0xFF
+        if not g:
+            return
+        if outcome in (SAMPLE_GO, SAMPLE_G0):
+            table = self._user_ts
+        elif outcome == SAMPLE_KERNEL:
+            table = self._kern_ts
+        else:
+            return
+        d = table.get(g)
+        if d is None:
+            if len(table) >= MAX_TABLE:
+                return
+            d = table[g] = deque(maxlen=GOROUTINE_SAMPLES)
+        d.append(ts)
+
+    def _samples_in(self, run: LongRun) -> LongRun:  # the goroutine's samples in the run
+        if not self.sample_period_ns or self._sampler_off:
+            return run
+        end = run.start + run.ns
+        counts = []
+        for table in (self._user_ts, self._kern_ts):
+            d = table.get(run.goid)
+            if d and d[0] > run.start and len(d) == d.maxlen:
+                return run  # older samples were dropped: not measured
+            counts.append(_count_between(d, run.start, end) if d else 0)
+        return LongRun(run.goid, run.p, run.start, run.ns, run.sampled, counts[0], counts[1])
+
     def _sched_sample(self, e: EventTuple) -> None:
         ts, a0, a1 = e[0], e[5], e[6]
         npidle, nmspinning = a0 & 0xFFFFFFFF, a0 >> 32
@@ -393,20 +462,6 @@ class FindingsTracker:
             self.spin_sum += nmspinning
         self.idle_sum += npidle
         self.global_runq(ts, a1)
-
-    def _cgroup(self, e: EventTuple) -> None:
-        ts, field, value, version = e[0], e[4], e[5], e[6]
-        if version != self._cg_version:
-            self._cg_first.clear()
-            self._cg_last.clear()
-            self._cg_version = version
-            self._cg_reads = 0
-            self._cg_first_ts = ts
-        if ts != self._cg_last_ts:
-            self._cg_reads += 1
-        self._cg_first.setdefault(field, value)
-        self._cg_last[field] = value
-        self._cg_last_ts = ts
 
     # ------------------------------------------------------------------ output
 
@@ -422,17 +477,19 @@ class FindingsTracker:
                 n, mx = by_goid.get(goid, (0, 0))
                 by_goid[goid] = (n + 1, max(mx, last - first))
         runs.sort(key=lambda r: (-r.ns, r.start))
+        runs = [self._samples_in(r) for r in runs[:MAX_LONG_RUNS]]
         no_m, no_m_max = self.no_m_ns, self.no_m_max_ns
-        for t in self._handed.values():
-            no_m += max(0, now - t)
-            no_m_max = max(no_m_max, now - t)
+        if self._hot and not self._gated:  # every event seen: a P still without an M
+            for t in self._handed.values():
+                no_m += max(0, now - t)
+                no_m_max = max(no_m_max, now - t)
         parents: dict[int, int] = {}
         for parent in self._parent_of.values():
             parents[parent] = parents.get(parent, 0) + 1
         live = sorted(self._live_series.items())
         return FindingsInputs(
-            cgroup=self._cgroup_view(),
-            long_runs=tuple(runs[:MAX_LONG_RUNS]),
+            cgroup=self.cgroup.view(),
+            long_runs=tuple(runs),
             long_run_count=count,
             long_by_goid=by_goid,
             preempt_by_goid=dict(self.preempt_by_goid),
@@ -441,6 +498,8 @@ class FindingsTracker:
                 by_cause=dict(sorted(self.handoff_cause.items())),
                 no_m_ns=no_m,
                 no_m_max_ns=no_m_max,
+                no_m_timed=self.no_m_timed,
+                no_m_untimed=self.no_m_untimed,
                 goroutines=dict(self.handoff_g),
                 locked_goroutines=dict(self.locked_g),
             ),
@@ -461,6 +520,8 @@ class FindingsTracker:
             latency_samples=tuple(self.latency_samples),
             gomaxprocs=self.header.gomaxprocs,
             p_idles=self.p_idles,
+            sample_period_ns=0 if self._sampler_off else self.sample_period_ns,
+            cpus_allowed=self.cgroup.affinity,
         )
 
     def _census_growth(self) -> CensusGrowth | None:
@@ -485,30 +546,20 @@ class FindingsTracker:
                                  key=lambda r: (-r[2], r[0], r[1]))[:5]),
         )
 
-    def _cgroup_view(self) -> CgroupCpu | None:
-        if not self._cg_last:
-            return None
-        f, last = self._cg_first, self._cg_last
-        quota = last.get(CgroupField.QUOTA_US, U64_MAX)
-
-        def delta(k: int) -> int:
-            return max(0, last.get(k, 0) - f.get(k, 0))
-
-        return CgroupCpu(
-            version=self._cg_version,
-            quota_us=-1 if quota == U64_MAX else quota,
-            period_us=last.get(CgroupField.PERIOD_US, 0),
-            nr_periods=delta(CgroupField.NR_PERIODS),
-            nr_throttled=delta(CgroupField.NR_THROTTLED),
-            throttled_ns=delta(CgroupField.THROTTLED_NS),
-            first_ts=self._cg_first_ts,
-            last_ts=self._cg_last_ts,
-            readings=self._cg_reads,
-        )
+def _count_between(d: deque[int], start: int, end: int) -> int:
+    """Times in ``d`` (ascending) within [start, end]."""
+    if not d or d[-1] < start or d[0] > end:
+        return 0
+    ts = list(d)
+    return bisect_left(ts, end + 1) - bisect_left(ts, start)
 
 
 def _p_running_index(names: tuple[str, ...]) -> int:
+    return _p_status_index(names, "running", _P_RUNNING_STATUS)
+
+
+def _p_status_index(names: tuple[str, ...], name: str, default: int) -> int:
     for i, n in enumerate(names):
-        if n in ("running", "_Prunning"):
+        if n in (name, "_P" + name):
             return i
-    return _P_RUNNING_STATUS
+    return default

@@ -59,6 +59,10 @@ class CgroupCpu:
     first_ts: int
     last_ts: int
     readings: int
+    # The target's own cgroup's quota (the only one Go 1.25+ reads; ``quota_us`` is the most
+    # restrictive on the path up): -1 none, -2 not read (recordings made before it).
+    leaf_quota_us: int = -2
+    leaf_period_us: int = 0
 
     @property
     def cpus(self) -> float:
@@ -75,6 +79,11 @@ class LongRun:
     start: int
     ns: int
     sampled: bool  # from P samples (same G and schedtick across samples), not events
+    # The kernel's view of the run (perf samples of that goroutine between its start and
+    # end): in user mode (Go code, on the goroutine's stack or g0's for it) and in kernel
+    # mode (a syscall, a fault). -1: not measured (no perf samples, or too old to be kept).
+    user_samples: int = -1
+    kernel_samples: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +96,8 @@ class HandoffStats:
     no_m_max_ns: int
     goroutines: dict[int, int]  # goid of the G in the syscall -> hand-offs
     locked_goroutines: dict[int, int]  # goid whose blocking took its locked M's P -> count
+    no_m_timed: int = 0  # hand-offs whose end was timed by an event (no_m_ns sums those)
+    no_m_untimed: int = 0  # hand-offs a P sample saw end (when: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,3 +181,5 @@ class FindingsInputs:
     census_growth: CensusGrowth | None = None
     # census wait-stack groups over complete walks, the most grown first (model/waitstacks.py)
     stack_trends: tuple[StackTrend, ...] = ()
+    sample_period_ns: int = 0  # CPU time one perf sample stands for; 0: no perf samples
+    cpus_allowed: int = 0  # CPUs in the target's sched_getaffinity mask; 0: not read

@@ -82,13 +82,14 @@ _REBUILD = 1024  # more new profile keys than this since the last view: sort ane
 
 
 class _Run:
-    __slots__ = ("goid", "last", "n", "stacks", "start")
+    __slots__ = ("goid", "last", "n", "stacks", "start", "user")
 
-    def __init__(self, goid: int, ts: int, sid: int) -> None:
+    def __init__(self, goid: int, ts: int, sid: int, user: bool) -> None:
         self.goid = goid
         self.start = ts
         self.last = ts
         self.n = 1
+        self.user = int(user)  # samples in user mode (Go code), not in the kernel
         self.stacks: dict[int, int] = {sid: 1}
 
 
@@ -202,7 +203,7 @@ class KernelPart(Part):
             gs = self.g_stacks[goid]
             if sid in gs or len(gs) < 64:
                 gs[sid] = gs.get(sid, 0) + 1
-        self._track(p, goid, ts, sid)
+        self._track(p, goid, ts, sid, outcome != SAMPLE_KERNEL)
 
     def _digest(self, key: tuple[int, int, int, int]) -> None:
         """One more sample in profile row ``key``: the digests the findings read."""
@@ -234,7 +235,7 @@ class KernelPart(Part):
                 self._own[goid] = (n, sid)
                 self._own_moved = True
 
-    def _track(self, p: int, goid: int, ts: int, sid: int) -> None:
+    def _track(self, p: int, goid: int, ts: int, sid: int, user: bool = True) -> None:
         spans = self._spans.get(p)
         if spans is None:
             spans = self._spans[p] = deque(maxlen=MAX_SPANS)
@@ -249,12 +250,13 @@ class KernelPart(Part):
         if run is not None and run.goid == goid and goid and ts - run.last <= self.gap_ns:
             run.last = ts
             run.n += 1
+            run.user += user
             run.stacks[sid] = run.stacks.get(sid, 0) + 1
             return
         if run is not None:
             self._close(p, run)
         if goid:
-            self._runs[p] = _Run(goid, ts, sid)
+            self._runs[p] = _Run(goid, ts, sid, user)
         else:
             self._runs.pop(p, None)
 
@@ -274,7 +276,7 @@ class KernelPart(Part):
         sid = max(run.stacks.items(), key=lambda kv: (kv[1], -kv[0]))[0]
         stack = self.stacks.get(sid, ())
         return LongRun(run.goid, p, run.start, run.last, run.n, user_function(stack), stack,
-                       ongoing)
+                       ongoing, run.user)
 
     def on_sampler_off(self, e: EventTuple) -> None:
         self.seen_samples = True

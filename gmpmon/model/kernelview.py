@@ -37,6 +37,7 @@ class LongRun:
     function: str  # the deepest non-runtime frame of its most frequent stack
     stack: tuple[str, ...]  # that stack, root first
     ongoing: bool = False  # still running at the snapshot
+    user_samples: int = -1  # of ``samples``, those in user mode (Go code); -1 not counted
 
     @property
     def duration_ns(self) -> int:

@@ -299,9 +299,30 @@ def test_cpu_throttled_in_its_own_cgroup(tmp_path: Path, cpu_cgroup: Path) -> No
     assert ev["cgroup_version"] == (2 if (cpu_cgroup / "cpu.max").exists() else 1)
     assert (ev["quota_us"], ev["period_us"], ev["quota_cpus"]) == (20000, 100000, 0.2)
     assert ev["gomaxprocs"] == 2 and ev["go_reads_quota"] is True  # 1.27 reads quotas...
-    assert "GOMAXPROCS=2 > quota 0.2 CPUs" in f["title"]  # ... but GOMAXPROCS was set
+    # 2 Ps in 0.2 CPU: what Go 1.25+ picks itself (a quota rounds up to at least 2 Ps).
+    over = finding(doc, "gomaxprocs-above-cpus")
+    assert over["severity"] == "info" and over["evidence"]["usable_cpus"] == 1
+    assert over["evidence"]["quota_cpus"] == 0.2 and over["evidence"]["go125_default"] == 2
+    assert over["evidence"]["affinity_cpus"] == len(os.sched_getaffinity(0))
     # Two CPU-bound goroutines in 0.2 CPU: throttled in most periods (the rest: periods where
     # this shared machine did not even give it its 20 ms).
     assert ev["nr_periods"] >= 15 and ev["nr_throttled"] >= 0.5 * ev["nr_periods"]
     assert ev["throttled_ns"] >= 300_000_000
     assert f["severity"] == "critical"
+
+
+@pytest.mark.bpf
+def test_scale_64_ps_on_the_cpus_first_finding_is_gomaxprocs_above_cpus(tmp: Path) -> None:
+    """scale sets GOMAXPROCS=64 itself; on this machine's CPUs (fewer than 16: 4x) that is
+    critical and the first finding, before its symptoms (long runs, saturation)."""
+    cpus = len(os.sched_getaffinity(0))
+    assert cpus * 4 <= 64, f"{cpus} CPUs: 64 Ps are not 4x them here"
+    doc = gm_run(tmp, "scale", "default", 2, "-t", "6s", opts=("-d", "4"))
+    first = doc["findings"][0]
+    assert first["id"] == "gomaxprocs-above-cpus", [f["id"] for f in doc["findings"]]
+    assert first["severity"] == "critical"
+    ev = first["evidence"]
+    assert ev["gomaxprocs"] == 64 and ev["usable_cpus"] <= cpus
+    assert ev["affinity_cpus"] == cpus and ev["sources"]["gomaxprocs"].startswith("runtime")
+    assert not [f for f in doc["findings"]
+                if f["id"] == "long-running-goroutine" and f["severity"] == "critical"]

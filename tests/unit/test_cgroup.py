@@ -141,10 +141,12 @@ def test_reader_emits_all_fields_then_only_changes(tmp_path: Path) -> None:
     assert {e[4]: e[5] for e in out} == {
         CgroupField.QUOTA_US: 150000, CgroupField.PERIOD_US: 100000,
         CgroupField.NR_PERIODS: 1200, CgroupField.NR_THROTTLED: 340,
-        CgroupField.THROTTLED_NS: 5_600_000_000, CgroupField.USAGE_NS: 8_123_456_000}
+        CgroupField.THROTTLED_NS: 5_600_000_000, CgroupField.USAGE_NS: 8_123_456_000,
+        # The leaf's own limit (none: "max"), the only one Go 1.25+ reads.
+        CgroupField.LEAF_QUOTA_US: U64_MAX, CgroupField.LEAF_PERIOD_US: 100000}
     assert all(e[1] == Kind.CGROUP_CPU and e[6] == 2 for e in out)
     rd.read(2_000, out)  # too soon: nothing read
-    assert len(out) == 6
+    assert len(out) == 8
     (root / "kubepods.slice" / "cpu.stat").write_text(V2_STAT.replace("340", "341"))
     (root / "kubepods.slice" / "cpu.max").write_text("max 100000\n")
     out.clear()
@@ -152,6 +154,20 @@ def test_reader_emits_all_fields_then_only_changes(tmp_path: Path) -> None:
     got = {e[4]: e[5] for e in out}
     assert got[CgroupField.QUOTA_US] == U64_MAX
     assert CgroupField.PERIOD_US not in got
+
+
+def test_reader_sends_the_targets_affinity_from_the_kernel() -> None:
+    """The CPUs in the target's sched_getaffinity mask (here: this process's), sent once,
+    read from the real /proc."""
+    import os
+    out: list[tuple[int, int, int, int, int, int, int]] = []
+    rd = CgroupCpuReader(os.getpid())
+    rd.read(0, out)
+    got = [e for e in out if e[4] == CgroupField.AFFINITY_CPUS]
+    assert [e[5] for e in got] == [len(os.sched_getaffinity(0))]
+    out.clear()
+    rd.read(1_000_000_000, out)
+    assert not [e for e in out if e[4] == CgroupField.AFFINITY_CPUS]  # unchanged: not sent
 
 
 def test_reader_without_cgroup_files_emits_nothing(tmp_path: Path) -> None:

@@ -172,17 +172,59 @@ def test_cpu_throttled_counts_growing_and_says_which_go_reads_quotas(
     assert ev_["go_reads_quota"] is reads_quota
     assert ("ignores CPU quotas" in f.advice) is (not reads_quota)
     assert ("Go 1.25+" in f.advice)
-    assert "GOMAXPROCS=2 > quota 0.5 CPUs" in f.title
+    assert "throttled in 60% of CFS periods" in f.title
     assert s.cgroup_cpu is not None and s.cgroup_cpu.version == 1
 
 
-def test_cpu_throttled_gomaxprocs_over_quota_without_throttling_is_a_warning() -> None:
+def affinity_event(t: float, cpus: int) -> EventTuple:
+    return ev(t, Kind.CGROUP_CPU, g=int(CgroupField.AFFINITY_CPUS), a0=cpus)
+
+
+def test_gomaxprocs_over_quota_without_throttling_is_gomaxprocs_above_cpus() -> None:
+    """3 Ps in a 1-CPU quota, never throttled: not cpu-throttled (nothing was throttled)
+    but gomaxprocs-above-cpus, a warning (3 > Go 1.25's floor of 2, < 4x the CPUs)."""
     out = [e for e in sleeper_events(seconds=2) if e[1] != Kind.CGROUP_CPU]
     out += cgroup_events(0, quota=100_000, periods=0, throttled=0, throttled_ns=0, version=2)
-    s = run(out, gomaxprocs=4)
-    f = by_id(s)["cpu-throttled"]
+    out.append(affinity_event(0, 2))
+    s = run(out, gomaxprocs=3)
+    assert "cpu-throttled" not in by_id(s)
+    f = by_id(s)["gomaxprocs-above-cpus"]
     assert f.severity == Severity.WARNING
-    assert f.evidence["cgroup_version"] == 2 and f.evidence["nr_throttled"] == 0
+    assert f.evidence["usable_cpus"] == 1 and f.evidence["affinity_cpus"] == 2
+    assert f.evidence["quota_cpus"] == 1.0 and f.evidence["gomaxprocs"] == 3
+    # The recording has no leaf quota (made before it): Go 1.25 would read this one.
+    assert f.evidence["go125_default"] == 2
+    assert "GOMAXPROCS=3 but the process may use 1 CPUs" in f.title
+
+
+def test_go_125s_own_floor_of_two_ps_is_only_info() -> None:
+    """A 0.5-CPU quota: Go 1.25+ itself picks 2 Ps (ceil, then at least 2)."""
+    out = [e for e in sleeper_events(seconds=2) if e[1] != Kind.CGROUP_CPU]
+    out += cgroup_events(0, quota=50_000, periods=0, throttled=0, throttled_ns=0, version=2)
+    f = by_id(run(out, gomaxprocs=2, go="go1.25.5"))["gomaxprocs-above-cpus"]
+    assert f.severity == Severity.INFO
+
+
+@pytest.mark.parametrize(("affinity", "leaf", "want"), [
+    (8, 0.0, 8), (8, 0.5, 2), (8, 2.5, 3), (2, 16.0, 2), (1, 0.2, 1), (0, 1.0, 0)])
+def test_go_125_default_gomaxprocs(affinity: int, leaf: float, want: int) -> None:
+    from gmpmon.findings.rules_cpu import go_default_gomaxprocs
+    assert go_default_gomaxprocs(affinity, leaf) == want
+
+
+def test_gomaxprocs_above_cpus_is_first_before_its_symptoms() -> None:
+    """64 Ps on 2 CPUs (the scale workload's shape): critical, and shown before the
+    critical symptoms (here cpu-throttled, a long run) whatever the order of the rules."""
+    out = [*throttled_events(quota=400_000), affinity_event(0, 2)]
+    out += cpu_samples(9, 0, 0, 1500 * MS) + [
+        ev(k * 10 * MS + 1, Kind.P_SAMPLE, p=0, m=100, g=9,
+           a0=P_RUNNING_ST | (G_RUNNING_ST << 8), a1=5) for k in range(150)]
+    s = run(out, gomaxprocs=64)
+    ids = [f.id for f in s.findings]
+    assert ids[0] == "gomaxprocs-above-cpus", ids
+    assert s.findings[0].severity == Severity.CRITICAL
+    assert s.findings[0].evidence["usable_cpus"] == 2
+    assert "cpu-throttled" in ids
 
 
 def test_quota_that_fits_gomaxprocs_and_no_throttling_is_silent() -> None:
@@ -195,11 +237,7 @@ def test_quota_that_fits_gomaxprocs_and_no_throttling_is_silent() -> None:
 # ---------------------------------------------------------------- long-running-goroutine
 
 def test_long_running_goroutine_from_events_names_the_goroutine() -> None:
-    out = sleeper_events(seconds=1)
-    for k in range(4):  # G7 runs 50 ms at a stretch on P2, four times
-        t = 100 * MS + k * 200 * MS
-        out += [ev(t, Kind.EXECUTE, p=2, m=102, g=7), ev(t + 30 * MS, Kind.PREEMPT_REQ, p=2, g=7),
-                ev(t + 50 * MS, Kind.PREEMPTED, p=2, m=102, g=7, a0=1)]
+    out = sleeper_events(seconds=1) + four_long_runs()  # no perf samples: not checked
     s = run(out, gomaxprocs=3)
     f = by_id(s)["long-running-goroutine"]
     assert f.severity == Severity.WARNING
@@ -214,12 +252,66 @@ def test_long_running_goroutine_from_samples_in_sample_mode() -> None:
     for k in range(90):  # P0 runs G9 three times 300 ms with one schedtick each
         out.append(ev(k * 10 * MS + 1, Kind.P_SAMPLE, p=0, m=100, g=9,
                       a0=P_RUNNING_ST | (G_RUNNING_ST << 8), a1=5 + k // 30))
-    s = run(out, mode="sample")
+    # Without perf samples nothing says the thread was on a CPU: never critical.
+    f = by_id(run(out, mode="sample"))["long-running-goroutine"]
+    assert f.severity == Severity.WARNING
+    assert "not checked against the kernel" in f.title and f.evidence["runs_not_checked"] == 3
+    # The perf sampler saw G9 in Go code all along (999 Hz): the kernel agrees.
+    s = run(out + cpu_samples(9, 0, 0, 900 * MS), mode="sample")
     f = by_id(s)["long-running-goroutine"]
     assert f.severity == Severity.CRITICAL  # >= 200 ms
     assert f.evidence["goroutines"][0]["goid"] == 9
     assert f.evidence["goroutines"][0]["runs"] == 3
-    assert f.evidence["sampled"] == ["long_runs"]
+    assert f.evidence["sampled"] == ["long_runs", "longest_ns"]
+    assert "on a CPU in Go code" in f.title and f.evidence["runs_not_on_cpu"] == 0
+
+
+SAMPLE_PERIOD_US = 1e6 / 999  # Header.sample_hz's default
+
+
+def cpu_samples(g: int, p: int, t0: float, t1: float, outcome: int = 0,
+                tid: int = 100) -> list[EventTuple]:
+    """Perf samples of thread ``tid`` running G ``g`` on P ``p`` from t0 to t1 (µs), at the
+    header's 999 Hz; outcome 0 = user mode (SAMPLE_GO), 3 = kernel mode (SAMPLE_KERNEL)."""
+    n = int((t1 - t0) / SAMPLE_PERIOD_US)
+    return [ev(t0 + k * SAMPLE_PERIOD_US, Kind.CPU_SAMPLE, p=p, m=tid, g=g,
+               a0=outcome | (P_RUNNING_ST << 8)) for k in range(n)]
+
+
+def four_long_runs(g: int = 7) -> list[EventTuple]:
+    """G ``g`` holds P2 for 50 ms four times (EXECUTE .. PREEMPTED)."""
+    out = []
+    for k in range(4):
+        t = 100 * MS + k * 200 * MS
+        out += [ev(t, Kind.EXECUTE, p=2, m=102, g=g), ev(t + 30 * MS, Kind.PREEMPT_REQ, p=2, g=g),
+                ev(t + 50 * MS, Kind.PREEMPTED, p=2, m=102, g=g, a0=1)]
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["user", "syscall", "descheduled"])
+def test_a_long_run_is_on_cpu_time_in_go_code_from_the_kernels_view(kernel: str) -> None:
+    """The P was held 50 ms four times. Perf samples say where the thread was: in Go code
+    (a long run), in the kernel (a syscall: not one), or nowhere (descheduled: not one)."""
+    out = sleeper_events(seconds=1) + four_long_runs()
+    out += cpu_samples(12, 0, 0, 900 * MS, tid=100)  # the sampler runs: another G on P0
+    for k in range(4):
+        t = 100 * MS + k * 200 * MS
+        if kernel == "user":
+            out += cpu_samples(7, 2, t, t + 50 * MS, tid=102)
+        elif kernel == "syscall":
+            out += cpu_samples(7, 2, t, t + 50 * MS, outcome=3, tid=102)
+    found = by_id(run(out, gomaxprocs=3))
+    if kernel != "user":
+        # Four preemption requests alone are not worth a word.
+        assert "long-running-goroutine" not in found
+        return
+    f = found["long-running-goroutine"]
+    ev_ = f.evidence
+    if kernel == "user":
+        assert f.severity == Severity.WARNING and ev_["runs_not_on_cpu"] == 0
+        assert ev_["goroutines"][0]["goid"] == 7 and ev_["goroutines"][0]["runs"] == 4
+        assert 45_000_000 <= ev_["longest_ns"] <= 50_000_000
+        assert "on a CPU in Go code" in f.title
 
 
 def test_one_long_run_seen_only_by_samples_is_just_info() -> None:
@@ -256,6 +348,35 @@ def test_syscall_handoff_by_sysmon_retake_and_time_without_an_m() -> None:
     assert "cgo-pinning" not in by_id(s)
 
 
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_a_handed_off_p_that_goes_idle_no_longer_waits_for_an_m(mode: str) -> None:
+    """handoffp with no work puts the P on the idle list at once (pidleput): from then on it
+    is idle, not waiting for an M. 20 hand-offs of P1 in the first 200 ms, then P1 idles for
+    2.8 s: the time without an M once ran to the end of the capture (47% of the P-time, a
+    critical on an idle Caddy). Full mode sees the P_IDLE; sample mode P samples of an idle
+    P (no M), which end the wait at an unknown time: not timed, not counted."""
+    out = [e for e in sleeper_events(seconds=3, mode=mode) if e[2] != 1]
+    for k in range(20):
+        t = k * 10 * MS + 1 * MS
+        out.append(ev(t + 60, Kind.HANDOFF, p=1, m=99, g=5))
+        if mode == "full":
+            out += [ev(t, Kind.SYSCALL_ENTER, p=1, m=111, g=5), ev(t + 70, Kind.P_IDLE, p=1, m=99),
+                    ev(t + 5 * MS, Kind.SYSCALL_EXIT, m=111, g=5)]
+    if mode == "sample":
+        out += [ev(k * 10 * MS + 5, Kind.P_SAMPLE, p=1, a0=P_IDLE_ST, a1=7) for k in range(300)]
+    model = Model(header(mode))
+    model.feed(Batch(sorted(out, key=lambda e: e[0])))
+    model.flush()
+    s = snapshot_with_findings(model)
+    ho = model.findings.inputs(s.now).handoffs
+    assert ho.count == 20
+    if mode == "full":
+        assert ho.no_m_ns == 20 * 10_000 and ho.no_m_timed == 20  # 10 µs each
+    else:
+        assert ho.no_m_ns == 0 and ho.no_m_untimed == 20
+    assert "syscall-handoff" not in by_id(s), by_id(s)["syscall-handoff"].title
+
+
 # ---------------------------------------------------------------- cgo-pinning
 
 def test_locked_thread_blocking_hands_its_p_off() -> None:
@@ -288,6 +409,53 @@ def test_default_mode_hand_offs_outside_windows_split_like_those_seen_inside() -
     assert "split like" in f.evidence["cause_note"]
     assert f.evidence["sampled"] == ["locked_handoffs"]
     assert "syscall-handoff" not in by_id(s)
+
+
+def test_a_park_then_another_goroutine_on_the_m_is_no_locked_thread() -> None:
+    """G9 parks on M121, M121 runs G11, then M121 hands its P off (a blocking syscall of
+    G11's whose SYSCALL_ENTER was not seen): G9's park is not the cause (Caddy's file
+    server got cgo-pinning so, full mode, no LockOSThread anywhere)."""
+    out = sleeper_events(seconds=1)
+    for k in range(50):
+        t = k * 20 * MS + 4 * MS
+        out += [ev(t, Kind.EXECUTE, p=1, m=121, g=9),
+                ev(t + 100, Kind.PARK, p=1, m=121, g=9, a0=CHANRECV),
+                ev(t + 110, Kind.EXECUTE, p=1, m=121, g=11),
+                ev(t + 120, Kind.HANDOFF, p=1, m=121, g=11),
+                ev(t + 500, Kind.EXECUTE, p=1, m=122, g=12),
+                ev(t + 520, Kind.PARK, p=1, m=122, g=12, a0=CHANRECV)]
+    s = run(out)
+    assert "cgo-pinning" not in by_id(s)
+
+
+@pytest.mark.parametrize("outside_go", [0, 20])
+def test_cgo_pinning_only_with_evidence_of_pinning(outside_go: int) -> None:
+    """Default mode, 100 hand-offs a second: in the windows 18 of every 20 follow a syscall
+    and 2 a park of a locked M, but the windows saw only 6 locked-thread hand-offs (fewer
+    than 10). The split infers ~30 locked ones outside: not evidence on its own (Prometheus
+    got cgo-pinning with no sample outside Go). With 20 perf samples outside Go code (cgo)
+    it is."""
+    out = sleeper_events(seconds=3, mode="default")
+    for sec in range(3):
+        for k in range(100):
+            t = sec * 1e6 + k * 10 * MS + 4 * MS
+            if (t % 1e6) < 200 * MS:
+                if k % 10 == 0:
+                    out.append(ev(t, Kind.PARK, p=1, m=121, g=9, a0=CHANRECV))
+                else:
+                    out.append(ev(t, Kind.SYSCALL_ENTER, p=1, m=121, g=9, a0=1))
+            out.append(ev(t + 50, Kind.HANDOFF, p=1, m=121))
+    out += [ev(k * 100 * MS + 7, Kind.CPU_SAMPLE, p=-1, m=131, a0=2 | (5 << 32))
+            for k in range(outside_go)]
+    s = run(out, mode="default", stacks={5: ("main.main", "C.sqlite3_step")})
+    f = by_id(s).get("cgo-pinning")
+    if not outside_go:
+        assert f is None, f.title
+        return
+    assert f is not None
+    assert f.evidence["samples_outside_go"] == outside_go
+    assert f.evidence["locked_handoffs_seen"] == 6
+    assert f.evidence["outside_go_stack"] == ["C.sqlite3_step", "main.main"]
 
 
 # ---------------------------------------------------------------- gc-stw-latency
@@ -372,7 +540,7 @@ def test_goroutines_that_come_and_go_are_no_leak() -> None:
 
 # ---------------------------------------------------------------- idle-spinning
 
-def test_idle_spinning_searches_that_find_nothing() -> None:
+def spin_events() -> list[EventTuple]:
     out: list[EventTuple] = []
     for k in range(1000):  # every ms on each P: 50 µs of work, 300 µs searching, then idle
         t = k * MS
@@ -382,7 +550,28 @@ def test_idle_spinning_searches_that_find_nothing() -> None:
                     ev(t + p + 10, Kind.EXECUTE, p=p, m=100 + p, g=g),
                     ev(t + p + 60, Kind.PARK, p=p, m=100 + p, g=g, a0=CHANRECV),
                     ev(t + p + 360, Kind.P_IDLE, p=p, m=100 + p)]
-    s = run(out)
+    return out
+
+
+@pytest.mark.parametrize("in_find_runnable", [0, 120])
+def test_idle_spinning_needs_the_kernel_to_see_the_cpu(in_find_runnable: int) -> None:
+    """The events say 60% of a CPU searching; the perf sampler ran (999 Hz, 1 s: 1,000
+    samples of a goroutine) and saw 0 or 120 samples on g0 in findRunnable: 0% or 12% of a
+    CPU. A searching M the kernel descheduled is not spinning: no finding without the
+    kernel's share (Prometheus: 12% from the events, 1.7% in the samples)."""
+    out = spin_events() + cpu_samples(300, 0, 0, 1000 * MS)
+    stack = ("runtime.mstart", "runtime.schedule", "runtime.findRunnable")
+    out += [ev(k * 8 * MS + 3, Kind.CPU_SAMPLE, p=1, m=101, a0=1 | (P_RUNNING_ST << 8)
+               | (7 << 32)) for k in range(in_find_runnable)]
+    f = by_id(run(out, stacks={7: stack})).get("idle-spinning")
+    if not in_find_runnable:
+        assert f is None, f.title
+    else:
+        assert f is not None and f.evidence["findrunnable_cpus"] >= 0.1
+
+
+def test_idle_spinning_searches_that_find_nothing() -> None:
+    s = run(spin_events())  # no perf samples: the events alone
     f = by_id(s)["idle-spinning"]
     assert f.evidence["failed_searches"] >= 1300  # over the kept timeline (2,000 spans a P)
     assert 0.8 <= f.evidence["searching_share_of_busy"] <= 0.9  # 300 of 350 µs
