@@ -138,20 +138,28 @@ class TargetMemory:
 
     def _vm_batch(self, spans: list[tuple[int, int]], idx: list[int],
                   out: list[bytes | None]) -> None:
+        # One buffer for the whole batch and both iovec arrays packed in one struct call:
+        # a ctypes buffer and a cast per span cost more CPU than the syscall itself
+        # (py-spy on a 100k-goroutine dump: ~40% of the dump was building iovecs).
         assert _vm_readv is not None
         while idx:
             n = len(idx)
-            local = (_Iovec * n)()
-            remote = (_Iovec * n)()
-            bufs = []
-            for j, i in enumerate(idx):
-                addr, size = spans[i]
-                buf = ctypes.create_string_buffer(size)
-                bufs.append(buf)
-                local[j].iov_base = ctypes.cast(buf, ctypes.c_void_p)
-                local[j].iov_len = size
-                remote[j].iov_base = addr
-                remote[j].iov_len = size
+            sizes = [spans[i][1] for i in idx]
+            total = sum(sizes)
+            buf = (ctypes.c_char * max(total, 1))()
+            base = ctypes.addressof(buf)
+            flat: list[int] = []
+            rflat: list[int] = []
+            offs = []
+            at = 0
+            for i, size in zip(idx, sizes, strict=True):
+                offs.append(at)
+                flat += (base + at, size)
+                rflat += (spans[i][0], size)
+                at += size
+            pack = struct.Struct(f"<{2 * n}Q").pack
+            local = (_Iovec * n).from_buffer_copy(pack(*flat))
+            remote = (_Iovec * n).from_buffer_copy(pack(*rflat))
             self.reads += 1
             got = _vm_readv(self.pid, local, n, remote, n, 0)  # type: ignore[operator]
             if got < 0:
@@ -163,10 +171,11 @@ class TargetMemory:
                 got = 0  # EFAULT on the first span: it alone is unreadable
             # Whole iovecs are transferred in order; the first one short is unreadable (a
             # partial transfer stops there), the rest are tried again in the next call.
+            raw = memoryview(buf).cast("B")
             j = 0
-            while j < n and got >= spans[idx[j]][1]:
-                got -= spans[idx[j]][1]
-                out[idx[j]] = bufs[j].raw
+            while j < n and got >= sizes[j]:
+                got -= sizes[j]
+                out[idx[j]] = raw[offs[j] : offs[j] + sizes[j]].tobytes()
                 j += 1
             idx = idx[j + 1 :]
 
