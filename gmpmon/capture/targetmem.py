@@ -113,9 +113,12 @@ class TargetMemory:
         v: int = _Q.unpack(self.read(addr, 8))[0]
         return v
 
-    def readv(self, spans: list[tuple[int, int]], cap: int = MAX_READ) -> list[bytes | None]:
+    def readv(self, spans: list[tuple[int, int]], cap: int = MAX_READ,
+              views: bool = False) -> list[bytes | None]:
         """Read many ``(addr, size)`` spans; an unreadable or implausible one is ``None``.
-        Raises OSError only when the target is gone (nothing at all could be read)."""
+        Raises OSError only when the target is gone (nothing at all could be read).
+        ``views``: read-only memoryviews of one buffer per batch instead of a bytes copy
+        each (for readers that only unpack them; typed bytes for their callers' sake)."""
         out: list[bytes | None] = [None] * len(spans)
         good = []
         for i, (addr, size) in enumerate(spans):
@@ -127,7 +130,7 @@ class TargetMemory:
         if self._vm_ok:
             try:
                 for k in range(0, len(good), _IOV_MAX):
-                    self._vm_batch(spans, good[k : k + _IOV_MAX], out)
+                    self._vm_batch(spans, good[k : k + _IOV_MAX], out, views)
                 return out
             except PermissionError:
                 self._vm_ok = False  # refused here: fall back to pread for good
@@ -137,7 +140,7 @@ class TargetMemory:
         return out
 
     def _vm_batch(self, spans: list[tuple[int, int]], idx: list[int],
-                  out: list[bytes | None]) -> None:
+                  out: list[bytes | None], views: bool = False) -> None:
         # One buffer for the whole batch and both iovec arrays packed in one struct call:
         # a ctypes buffer and a cast per span cost more CPU than the syscall itself
         # (py-spy on a 100k-goroutine dump: ~40% of the dump was building iovecs).
@@ -146,8 +149,8 @@ class TargetMemory:
             n = len(idx)
             sizes = [spans[i][1] for i in idx]
             total = sum(sizes)
-            buf = (ctypes.c_char * max(total, 1))()
-            base = ctypes.addressof(buf)
+            buf = bytearray(max(total, 1))  # not c_char * total: a new ctypes type per size
+            base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
             flat: list[int] = []
             rflat: list[int] = []
             offs = []
@@ -171,11 +174,12 @@ class TargetMemory:
                 got = 0  # EFAULT on the first span: it alone is unreadable
             # Whole iovecs are transferred in order; the first one short is unreadable (a
             # partial transfer stops there), the rest are tried again in the next call.
-            raw = memoryview(buf).cast("B")
+            raw = memoryview(buf).toreadonly()
             j = 0
             while j < n and got >= sizes[j]:
                 got -= sizes[j]
-                out[idx[j]] = raw[offs[j] : offs[j] + sizes[j]].tobytes()
+                view = raw[offs[j] : offs[j] + sizes[j]]
+                out[idx[j]] = view if views else view.tobytes()  # type: ignore[assignment]
                 j += 1
             idx = idx[j + 1 :]
 
