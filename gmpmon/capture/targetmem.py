@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import itertools
 import os
 import struct
 
@@ -148,18 +149,15 @@ class TargetMemory:
         while idx:
             n = len(idx)
             sizes = [spans[i][1] for i in idx]
-            total = sum(sizes)
+            offs = [0, *itertools.accumulate(sizes)]
+            total = offs.pop()
             buf = bytearray(max(total, 1))  # not c_char * total: a new ctypes type per size
             base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-            flat: list[int] = []
-            rflat: list[int] = []
-            offs = []
-            at = 0
-            for i, size in zip(idx, sizes, strict=True):
-                offs.append(at)
-                flat += (base + at, size)
-                rflat += (spans[i][0], size)
-                at += size
+            flat = [0] * (2 * n)
+            flat[1::2] = sizes
+            rflat = flat[:]
+            flat[0::2] = [base + o for o in offs]
+            rflat[0::2] = [spans[i][0] for i in idx]
             pack = struct.Struct(f"<{2 * n}Q").pack
             local = (_Iovec * n).from_buffer_copy(pack(*flat))
             remote = (_Iovec * n).from_buffer_copy(pack(*rflat))
@@ -172,9 +170,14 @@ class TargetMemory:
                 if e == errno.ESRCH:
                     raise ProcessLookupError(e, f"process {self.pid} is gone")
                 got = 0  # EFAULT on the first span: it alone is unreadable
+            raw = memoryview(buf).toreadonly()
+            if got == total:  # the usual case: every span whole
+                for i, o, size in zip(idx, offs, sizes, strict=True):
+                    view = raw[o : o + size]
+                    out[i] = view if views else view.tobytes()  # type: ignore[assignment]
+                return
             # Whole iovecs are transferred in order; the first one short is unreadable (a
             # partial transfer stops there), the rest are tried again in the next call.
-            raw = memoryview(buf).toreadonly()
             j = 0
             while j < n and got >= sizes[j]:
                 got -= sizes[j]
