@@ -235,14 +235,18 @@ class Unwinder:
         return addresses read from it are runtime pcs (``bias`` is subtracted). ``trap``:
         the first pc was interrupted (a sample), not a return address (saved registers).
         Returns the frames and OK, or what stopped the walk early."""
-        frames, why, _path = self.unwind_path(pc, sp, stack, stack_base, bias, trap)
+        frames, why, _path = self._walk(pc, sp, stack, stack_base, bias, trap, None)
         return frames, why
 
     def unwind_path(self, pc: int, sp: int, stack: bytes, stack_base: int,
                     bias: int = 0, trap: bool = False) -> tuple[list[Frame], str, int]:
         """``unwind``, and a number naming the path of pcs walked: equal numbers, equal
-        frames (same binary, same ``trap``)."""
-        paths = self._paths
+        frames (same binary, same ``trap``). The paths are kept (one dict entry per pc
+        of each distinct stack): for one-shot dumps, not for a long-running census."""
+        return self._walk(pc, sp, stack, stack_base, bias, trap, self._paths)
+
+    def _walk(self, pc: int, sp: int, stack: bytes, stack_base: int, bias: int, trap: bool,
+              paths: dict[tuple[int, int], int] | None) -> tuple[list[Frame], str, int]:
         node = -1 if trap else 0
         frames: list[Frame] = []
         innermost = True
@@ -252,10 +256,11 @@ class Unwinder:
             if got is None:
                 return frames, BAD_PC, node
             logical, delta, flag = got
-            step = paths.get((node, pc))
-            if step is None:
-                step = paths[(node, pc)] = len(paths) + 1
-            node = step
+            if paths is not None:
+                step = paths.get((node, pc))
+                if step is None:
+                    step = paths[(node, pc)] = len(paths) + 1
+                node = step
             frames.extend(logical)
             if flag & FUNCFLAG_TOPFRAME:
                 return frames, OK, node
