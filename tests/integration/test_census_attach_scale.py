@@ -2,7 +2,7 @@
 and default modes"), not only the Census class in a thread (test_census_scale.py).
 
 One `scale` workload (64 Ps, 64 wakers waking random goroutines of 100,000 parked, 2 CPUs)
-prints its own runtime.NumGoroutine() every 250 ms (-count). `gmpmon attach --no-tui -d 12
+prints its own runtime.NumGoroutine() every 250 ms (-count). `gmpmon attach --no-tui -d 20
 --summary-json` runs on it in sample mode, then in default mode; each summary's last census
 must count >= 99.5% of the smallest count the workload printed while that gmpmon ran (the
 goroutines alive all along), and no more than the largest plus 0.5% (none counted twice).
@@ -59,7 +59,7 @@ def test_census_through_attach_at_100k_in_sample_and_default_modes(tmp_path: Pat
         for mode in ("sample", "default"):
             summary = tmp_path / f"{mode}.json"
             t0 = time.monotonic()
-            r = subprocess.run([*GM, "attach", str(p.pid), "--no-tui", "-d", "12", "--mode", mode,
+            r = subprocess.run([*GM, "attach", str(p.pid), "--no-tui", "-d", "20", "--mode", mode,
                                 "--summary-json", str(summary)],
                                capture_output=True, text=True, timeout=120)
             time.sleep(0.3)  # the workload's next line: a count after gmpmon's last read
