@@ -76,14 +76,22 @@ def entry() -> None:
                 stream.flush()
         from gmpmon import priority
 
-        priority.boost(every_thread=True)
-        os._exit(code)
+        if _boosted(sys.argv[1:]):
+            priority.boost(every_thread=True)
+        os._exit(code)  # also unboosted: freeing 100k goroutines' objects is CPU for nothing
     sys.exit(code)
+
+
+def _boosted(argv: list[str]) -> bool:
+    """attach and run always start boosted; a goroutine dump only with --fast: its CPU is
+    taken from the target's, and at a raised priority all at once (docs/goroutines.md)."""
+    cmd = _chosen_command(argv)
+    return cmd in ("attach", "run") or (cmd == "goroutines" and "--fast" in argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if _chosen_command(argv) in ("attach", "run", "goroutines"):
+    if _boosted(argv):
         from gmpmon import priority
 
         # Until attached, or the dump read (the command restores it): gmpmon/priority.py.

@@ -86,6 +86,9 @@ class Unwinder:
         self._names: dict[int, str] = {}
         self._wrapper_id: int | None = None
         self._phys: dict[tuple[int, bool], tuple[list[Frame], int | None, int]] = {}
+        # Every pc path unwound so far, a trie (innermost pc first): its node number names
+        # a stack cheaply (a cache key for what is derived from the frames).
+        self._paths: dict[tuple[int, int], int] = {}
 
     # -- function table ---------------------------------------------------------------------
 
@@ -232,32 +235,50 @@ class Unwinder:
         return addresses read from it are runtime pcs (``bias`` is subtracted). ``trap``:
         the first pc was interrupted (a sample), not a return address (saved registers).
         Returns the frames and OK, or what stopped the walk early."""
+        frames, why, _path = self._walk(pc, sp, stack, stack_base, bias, trap, None)
+        return frames, why
+
+    def unwind_path(self, pc: int, sp: int, stack: bytes, stack_base: int,
+                    bias: int = 0, trap: bool = False) -> tuple[list[Frame], str, int]:
+        """``unwind``, and a number naming the path of pcs walked: equal numbers, equal
+        frames (same binary, same ``trap``). The paths are kept (one dict entry per pc
+        of each distinct stack): for one-shot dumps, not for a long-running census."""
+        return self._walk(pc, sp, stack, stack_base, bias, trap, self._paths)
+
+    def _walk(self, pc: int, sp: int, stack: bytes, stack_base: int, bias: int, trap: bool,
+              paths: dict[tuple[int, int], int] | None) -> tuple[list[Frame], str, int]:
+        node = -1 if trap else 0
         frames: list[Frame] = []
         innermost = True
         end = stack_base + len(stack)
         for _ in range(MAX_FRAMES):
             got = self.physical(pc, trap and innermost)
             if got is None:
-                return frames, BAD_PC
+                return frames, BAD_PC, node
             logical, delta, flag = got
+            if paths is not None:
+                step = paths.get((node, pc))
+                if step is None:
+                    step = paths[(node, pc)] = len(paths) + 1
+                node = step
             frames.extend(logical)
             if flag & FUNCFLAG_TOPFRAME:
-                return frames, OK
+                return frames, OK, node
             if flag & FUNCFLAG_SPWRITE and not innermost:
-                return frames, SPWRITE
+                return frames, SPWRITE, node
             if delta is None:
-                return frames, BAD_PC
+                return frames, BAD_PC, node
             fp = sp + delta + 8
             at = fp - 8 - stack_base
             if at < 0 or fp > end:
-                return frames, TRUNCATED
+                return frames, TRUNCATED, node
             ret = struct.unpack_from("<Q", stack, at)[0]
             if ret == 0:
-                return frames, OK
+                return frames, OK, node
             pc = ret - bias
             sp = fp
             innermost = False
-        return frames, TOO_DEEP
+        return frames, TOO_DEEP, node
 
 
 def _find_gofunc(elf: Elf, old: bool) -> int | None:

@@ -31,6 +31,7 @@ examples:
   sudo gmpmon goroutines 1234 --json       # the same, structured (with --group: groups)
   sudo gmpmon goroutines 1234 --system     # also the runtime's own goroutines
   sudo gmpmon goroutines 1234 --sample 0.5 # running goroutines' stacks from perf samples
+  sudo gmpmon goroutines 1234 --fast       # at a raised priority: sooner, costlier now
 """
 
 
@@ -53,6 +54,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sample", type=float, default=0.0, metavar="SECONDS",
                    help="stacks of running goroutines from perf samples (BPF), taken for at "
                    "most SECONDS after the read (default 0: none)")
+    p.add_argument("--fast", action="store_true",
+                   help="read at a raised priority (nice -15, realtime for at most 2 s), as "
+                   "attach does: the dump comes sooner on a busy machine, and the CPU it "
+                   "takes is taken from the target all at once (default: your nice)")
     p.set_defaults(func=run)
 
 
@@ -89,12 +94,13 @@ def take(pid: int, include_system: bool = False, sample_s: float = 0.0) -> Dump:
 
 
 def run(args: argparse.Namespace) -> int:
-    # One dump, as soon as it can: on a saturated machine (64 busy target threads on 2
-    # CPUs) a nice-0 gmpmon got ~1/30 of a CPU and took minutes for 100k goroutines. cli.main
-    # boosted the start (imports, reading the binary); the output stays boosted too (at nice
-    # 0 writing and freeing 100k goroutines took 30 s there), and cli.entry ends with
-    # os._exit, as after attach.
-    if priority.BOOSTED is None:
+    # Not boosted by default: every CPU-s the dump takes is taken from a target that keeps
+    # the CPUs busy, and at a raised priority it is taken all at once (the target served
+    # 44% of its requests/s during a boosted 100k dump, 2 CPUs; docs/goroutines.md).
+    # --fast: as soon as it can, as attach (nice -15, realtime for at most 2 s), from the
+    # start to the exit (cli.main boosted the start); a dump of 100k goroutines beside 64
+    # busy target threads took 219 s unboosted, 3.4 s boosted.
+    if args.fast and priority.BOOSTED is None:
         priority.BOOSTED = priority.boost()
     dump = take(args.pid, args.system, args.sample)
     if args.json:

@@ -107,3 +107,15 @@ def test_the_program_gmpmon_run_starts_gets_the_usual_priority(
         os.close(go_w)
         os.close(st_r)
         priority.restore(priority.BOOSTED)
+
+
+def test_a_goroutine_dump_is_boosted_only_with_fast() -> None:
+    """attach and run start boosted; a dump's CPU is the target's, so only --fast boosts it
+    (docs/goroutines.md#cost)."""
+    from gmpmon.cli import _boosted
+
+    assert _boosted(["attach", "123"]) and _boosted(["run", "--", "x"])
+    assert not _boosted(["goroutines", "123"])
+    assert not _boosted(["goroutines", "123", "--json", "--group"])
+    assert _boosted(["goroutines", "123", "--fast"])
+    assert not _boosted(["ps", "--fast"])

@@ -2,7 +2,8 @@
 // (100,000), and -wakers goroutines that wake random ones for -t. A woken goroutine counts
 // one op and parks again; every -batch sends a waker yields (runtime.Gosched), so woken
 // goroutines run instead of waiting for the waker's preemption. At the end it prints
-// "ops <wakes handled> rate <per second>", like pingpong.
+// "ops <wakes handled> rate <per second>", like pingpong. With -count D it also prints
+// "goroutines <runtime.NumGoroutine()>" every D from ready on (the census oracle).
 package main
 
 import (
@@ -23,6 +24,7 @@ func main() {
 	wakers := flag.Int("wakers", 64, "goroutines waking random parked ones")
 	batch := flag.Int("batch", 8, "sends between a waker's yields")
 	t := flag.Duration("t", 10*time.Second, "how long to wake")
+	count := flag.Duration("count", 0, "print runtime.NumGoroutine() every this long (0: never)")
 	flag.Parse()
 	runtime.GOMAXPROCS(*procs)
 
@@ -41,6 +43,14 @@ func main() {
 		}()
 	}
 	up.Wait()
+	if *count > 0 {
+		fmt.Printf("goroutines %d\n", runtime.NumGoroutine()+1) // +1: the counter below
+		go func() {
+			for range time.Tick(*count) {
+				fmt.Printf("goroutines %d\n", runtime.NumGoroutine())
+			}
+		}()
+	}
 	gate.Ready()
 
 	var stop int32
