@@ -1,10 +1,18 @@
 """The corpus under load, against each program's own runtime over the same seconds.
 
-Full mode: `gmpmon attach --mode full --record` runs while wrk loads the program and its own
-`/debug/pprof/trace?seconds=5` records a runtime/trace. The recording is replayed over the
-trace's span only, and goroutine starts (Runnable->Running), creations (NotExist->Runnable)
-and syscalls (Running->Syscall) are compared with the trace's (`go tool trace -d=parsed`,
-tests/gotrace.py): within 5%, syscalls within 7% (issue 25's bounds).
+One server per program, two captures under wrk, each with the program's own
+`/debug/pprof/trace?seconds=4` recorded inside it (`go tool trace -d=parsed`,
+tests/gotrace.py), gmpmon's recording replayed over the trace's span only:
+
+- `attach --mode full`: creations, syscalls, parks by reason, preemptions and Gosched,
+  hand-offs and steals (bounded as in test_oracles_sched: the trace has no event of its own
+  for them), goroutine starts and latency samples per start (test_latency_whole's check),
+  latency p50/p99, GC stop-the-worlds (count and total, test_oracles' bounds);
+- `attach --mode default --budget 20`: the same counts, gmpmon's and the trace's, only
+  inside the hot windows (from when every hot site is in, WINDOW 3, to WINDOW 0).
+
+Bounds (issue 25): rates within 5%, syscalls within 7%, latency samples per start within
+3% (30 per 1,000); docs/corpus.md says each one and keeps one run's figures.
 
 The span: the trace's clock is nanotime from Go 1.22 on, gmpmon's own (the stop-the-worlds
 both see must line up). Go 1.19-1.21 write CPU ticks that the 1.27 tool converts to ns from
@@ -92,7 +100,7 @@ def capture_with_trace(
     assert srv.pprof is not None
     done: dict[str, float] = {}
     load = threading.Thread(target=lambda: done.setdefault(
-        "rps", srv.load(seconds=7, threads=1, connections=4, delay_ms=2)))
+        "rps", srv.load(seconds=9, threads=1, connections=4, delay_ms=2)))
     load.start()
     # default mode: a budget that opens windows within the trace's 4 s
     extra = ("--budget", "20") if mode == "default" else ()
@@ -182,7 +190,11 @@ def compare_parks(what: str, ours_all: Counter[str], theirs: Counter[str]) -> No
     checked = [k for k, n in theirs.items() if n >= 20 and k != "preempted"]
     assert checked, theirs
     for k in checked:
-        compare(f"{what} parks {k!r} vs runtime/trace", ours[k], theirs[k], 0.95, 1.05)
+        # The old format's "" also holds the GC's stack-scan suspensions (Go 1.19's
+        # preemptPark: traceGoPark(traceEvGoBlock), "preempted" in 1.22+), which gmpmon sees
+        # as a preemption request, no park (docs/accuracy.md): there, only the upper side.
+        lo = 0 if k == "" else 0.95
+        compare(f"{what} parks {k!r} vs runtime/trace", ours[k], theirs[k], lo, 1.05)
 
 
 def compare_yields(what: str, snap: Any, theirs: Counter[str]) -> None:
