@@ -251,6 +251,9 @@ def test_full_mode_matches_the_programs_own_trace(
     check_whole(name, g_starts, samples, t)
     lat = snap.sched_latency
     lats = t.latency_ns()
+    # the exact means, printed for docs/corpus.md (not a bound: one tail outlier moves them)
+    print(f"{name} latency mean: gmpmon {lat.sum / max(lat.count, 1):.0f} ns, trace "
+          f"{sum(lats) / max(len(lats), 1):.0f} ns")
     for q, ours in ((0.5, lat.p50), (0.99, lat.p99)):
         theirs = quantile(lats, q)
         # gmpmon's percentile is its bucket's lower edge: the trace's on the same grid
