@@ -409,18 +409,6 @@ def test_default_mode_counts_only_inside_windows() -> None:
     assert s.global_runq == 4 and s.npidle == 1
 
 
-def test_window_3_every_hot_site_in_changes_nothing_in_the_model() -> None:
-    # WINDOW 3 (capture: the controller's link is in, every hot site records) lies inside the
-    # window WINDOW 1 opened: the same counts, the same window, with it or without it.
-    running = 1 | (2 << 8)
-    base = [ev(0, Kind.P_SAMPLE, p=0, m=100, g=1, a0=running), ev(100, Kind.WINDOW, a0=1),
-            ev(150, Kind.PARK, p=0, m=100, g=1, a0=SLEEP), ev(300, Kind.WINDOW, a0=0)]
-    with3 = [*base[:2], ev(120, Kind.WINDOW, a0=3, a1=20_000), *base[2:]]
-    a, b = run(base, mode="default"), run(with3, mode="default")
-    assert b.windows == a.windows == 1 and b.windows_covered_ns == a.windows_covered_ns
-    assert proc(b, 0).running_ns == proc(a, 0).running_ns == 50_000
-
-
 def test_a_preemption_without_hot_probes_leaves_the_p_running() -> None:
     # Sample mode on Go 1.19, where preemption is a cold probe: the preempting P runs the
     # next G at once; only the next P status read says what it runs. With hot probes an
