@@ -52,6 +52,9 @@ class TraceFacts:
     transitions: Counter[tuple[str, str]] = field(default_factory=Counter)
     to_runnable: Counter[str] = field(default_factory=Counter)
     proc_steals: int = 0
+    # a P taken Running->Idle by an M with no P and no G: sysmon's retake (ProcSteal), which
+    # then hands the P off (1.22+; a stop-the-world's takes run on a G)
+    sysmon_steals: int = 0
     created_at: dict[int, int] = field(default_factory=dict)
     moved: int = 0
     syscalls: int = 0  # Running->Syscall
@@ -131,6 +134,9 @@ def parse_trace(path: Path) -> TraceFacts:
                     pid, pold, pnew = int(pt.group(1)), pt.group(2), pt.group(3)
                     if pold == "Syscall" and pnew == "Idle":
                         facts.proc_steals += 1
+                    elif (pnew == "Idle" and pold == "Running" and h.group(2) == "-1"
+                          and h.group(3) == "-1"):
+                        facts.sysmon_steals += 1
                     if pnew == "Running" and pid not in p_since:
                         p_since[pid] = ts
                     elif pnew != "Running" and pid in p_since:

@@ -235,10 +235,22 @@ def test_full_mode_matches_the_programs_own_trace(
     outside_stw = [(a, b) for a, b in t.lost_p_spans
                    if not any(sb <= b and se >= a for _, sb, se in t.stw)]
     print(f"{name}: trace lost-P syscalls {t.syscall_lost_p} ({len(outside_stw)} with no STW "
-          f"during the syscall), P Syscall->Idle {t.proc_steals}; gmpmon hand-offs "
-          f"{snap.handoffs}")
-    compare(f"{name} hand-offs vs lost-P syscalls outside STWs", snap.handoffs,
-            len(outside_stw), 0.85, float("inf"))
+          f"during the syscall), P Syscall->Idle {t.proc_steals}, sysmon's P steals "
+          f"{t.sysmon_steals}; gmpmon hand-offs {snap.handoffs}")
+    minor = int(PROGRAMS[name].go.split(".")[1])
+    if minor < 26:
+        compare(f"{name} hand-offs vs lost-P syscalls outside STWs", snap.handoffs,
+                len(outside_stw), 0.85, float("inf"))
+    # else no lower bound from them: Go 1.26's exitsyscall also reports a P it kept as lost
+    # when the M's syscalltick is stale (after an earlier hand-off; "pretend we lost the P":
+    # ProcSteal + GoSysExit(true) with no retake): Caddy had lost-P syscalls whose only
+    # hand-off came 65-800 us before them (0.829 of them once).
+    if minor >= 22:
+        # 1.22+ traces record sysmon's retake (ProcSteal by an M with no P nor G), and every
+        # retake hands the P off; entersyscallblock's hand-offs come on top (no steal).
+        assert t.sysmon_steals >= 10, t.sysmon_steals  # 19-244 in 4 s here
+        compare(f"{name} hand-offs vs sysmon's P steals", snap.handoffs, t.sysmon_steals,
+                0.95, float("inf"))
     compare(f"{name} hand-offs vs lost-P syscalls", snap.handoffs, t.syscall_lost_p, 0, 1.07)
     # Steals: only the upper bound holds with a GC (test_oracles_sched: a stolen G is a
     # move; a GC worker's runqdrain moves Gs with no steal, so moves do not bound from below).
