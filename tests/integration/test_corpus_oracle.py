@@ -242,9 +242,9 @@ def test_full_mode_matches_the_programs_own_trace(
         compare(f"{name} hand-offs vs lost-P syscalls outside STWs", snap.handoffs,
                 len(outside_stw), 0.85, float("inf"))
     # else no lower bound from them: Go 1.26's exitsyscall also reports a P it kept as lost
-    # when the M's syscalltick is stale (after an earlier hand-off; "pretend we lost the P":
-    # ProcSteal + GoSysExit(true) with no retake): Caddy had lost-P syscalls whose only
-    # hand-off came 65-800 us before them (0.829 of them once).
+    # when the M's syscalltick is stale ("pretend we lost the P": ProcSteal + GoSysExit(true)
+    # with no retake). That fits Caddy's lost-P syscalls whose only hand-off came 65-800 us
+    # before them (0.829 of them once), though it was not traced down to that path.
     if minor >= 22:
         # 1.22+ traces record sysmon's retake (ProcSteal by an M with no P nor G), and every
         # retake hands the P off; entersyscallblock's hand-offs come on top (no steal).
