@@ -89,6 +89,8 @@ WINDOW             Hot probes attached (a0=1) or detached (a0=0): delimits the w
                    a1 = the window's planned length ns (a0=1; 0 if not planned), or how
                    far past its planned end it was detached, ns (a0=0). a0=2: a trigger's
                    burst extended the open window to ts + a1 (the probes stay attached).
+                   a0=3: every hot site is in since ts (a1 = how long registering them took,
+                   from the a0=1; before it, only the sites already in record).
 COST               The budget controller's account, cumulative since attach: m = budget in
                    thousandths of a percent | (the part of a0 that is gmpmon's own CPU,
                    weighted by the host's contention, in µs << 20), g = windows that

@@ -52,6 +52,9 @@ class TraceFacts:
     transitions: Counter[tuple[str, str]] = field(default_factory=Counter)
     to_runnable: Counter[str] = field(default_factory=Counter)
     proc_steals: int = 0
+    # a P taken Running->Idle by an M with no P and no G: sysmon's retake (ProcSteal), which
+    # then hands the P off (1.22+; a stop-the-world's takes run on a G)
+    sysmon_steals: int = 0
     created_at: dict[int, int] = field(default_factory=dict)
     moved: int = 0
     syscalls: int = 0  # Running->Syscall
@@ -60,6 +63,17 @@ class TraceFacts:
     moved_created: int = 0  # moved starts of new goroutines (queued on their creator's P)
     p_running_ns: Counter[int] = field(default_factory=Counter)  # P id -> ns held by an M
     p_running: list[tuple[int, int, int]] = field(default_factory=list)  # (P, begin, end)
+    # (time, what) of each start, creation, syscall, park ("park:<reason>") and Running->
+    # Runnable ("yield:<reason>"): to count them within spans (default mode's windows)
+    timeline: list[tuple[int, str]] = field(default_factory=list)
+
+    def counts_within(self, spans: list[tuple[int, int]]) -> Counter[str]:
+        """``timeline``'s events by what, within the given (begin, end) spans."""
+        out: Counter[str] = Counter()
+        for ts, what in self.timeline:
+            if any(b <= ts <= e for b, e in spans):
+                out[what] += 1
+        return out
 
     def p_running_within(self, spans: list[tuple[int, int]]) -> int:
         """ns the Ps were Running within the given (begin, end) spans (disjoint)."""
@@ -120,6 +134,9 @@ def parse_trace(path: Path) -> TraceFacts:
                     pid, pold, pnew = int(pt.group(1)), pt.group(2), pt.group(3)
                     if pold == "Syscall" and pnew == "Idle":
                         facts.proc_steals += 1
+                    elif (pnew == "Idle" and pold == "Running" and h.group(2) == "-1"
+                          and h.group(3) == "-1"):
+                        facts.sysmon_steals += 1
                     if pnew == "Running" and pid not in p_since:
                         p_since[pid] = ts
                     elif pnew != "Running" and pid in p_since:
@@ -135,19 +152,23 @@ def parse_trace(path: Path) -> TraceFacts:
                         runnable_p[goid] = int(h.group(2))
                     if old == "NotExist":
                         facts.created += 1
+                        facts.timeline.append((ts, "create"))
                         facts.created_at[goid] = ts
                     elif old == "Running":
                         facts.to_runnable[reason] += 1
+                        facts.timeline.append((ts, "yield:" + reason))
                     elif old == "Syscall":
                         facts.syscall_lost_p += 1
                         if goid in in_syscall:
                             facts.lost_p_spans.append((in_syscall.pop(goid), ts))
                 elif new == "Syscall" and old == "Running":
                     facts.syscalls += 1
+                    facts.timeline.append((ts, "syscall"))
                     in_syscall[goid] = ts
                 elif new == "Running" and old == "Runnable":
                     on_p = int(h.group(2))
                     facts.starts_by_p[on_p] += 1
+                    facts.timeline.append((ts, "start"))
                     was = runnable_at.pop(goid, None)
                     if was is not None:
                         facts.latencies.append((was[0], ts - was[1]))
@@ -158,6 +179,7 @@ def parse_trace(path: Path) -> TraceFacts:
                             facts.moved_created += 1
                 elif new == "Waiting" and old == "Running":
                     facts.parks[reason] += 1
+                    facts.timeline.append((ts, "park:" + reason))
                     runnable_at.pop(goid, None)
             elif kind in ("RangeBegin", "RangeEnd"):
                 n = _NAME.search(line, h.end())

@@ -508,9 +508,9 @@ class Capture:
 
     def _window_facts(self, facts: list[WindowFact]) -> None:
         for f in facts:
-            self.stats.windows += f.on and not f.extended
+            self.stats.windows += f.on and not f.extended and not f.whole
             a1 = f.planned_ns if f.on else f.overstay_ns
-            a0 = (2 if f.extended else 1) if f.on else 0
+            a0 = (3 if f.whole else 2 if f.extended else 1) if f.on else 0
             self._pending.append((f.ts, Kind.WINDOW, -1, 0, 0, a0, a1))
 
     def _cost_event(self, now: int) -> None:

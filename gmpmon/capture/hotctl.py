@@ -19,7 +19,8 @@ two maps by fd, and the child does everything about windows itself, by raw bpf(2
 
 The parent reads its stdout, one line per fact:
 ``W 1 <ts> <planned_ns> <burst>`` before a window is attached (so any hot record in the ring
-buffer is newer than the WINDOW event that announces it), ``W 2 <ts> <burst_ns> <burst>`` when
+buffer is newer than the WINDOW event that announces it), ``W 3 <ts> <link_ns>`` once every
+hot site is in (registering them took link_ns), ``W 2 <ts> <burst_ns> <burst>`` when
 a burst extends the open window to ``ts + burst_ns``, ``W 0 <ts> <overstay_ns>`` before
 it is detached, ``C <json>`` a CostStatus every ACCOUNT_S, ``CAL <seconds>``, ``E <message>``.
 stdin carries the JSON config (one line), then ``burst <ms> <name>``, ``watch <seconds>``
@@ -214,6 +215,9 @@ class Controller:
         offsets, cookies = self.site_order()
         self.link = bpfsys.link_uprobe_multi(self.cfg.prog_fd, self.cfg.path, offsets, cookies)
         self._linked = (time.monotonic_ns(), self._hot_total())
+        # every hot site is in from here on: the window's events are whole (W 1 .. here,
+        # they come from the sites already in only)
+        self.say(f"W 3 {self._linked[0]} {self._linked[0] - now}")
         # Registering the uprobes takes 7-15 ms here, 8-60 ms on a loaded machine and ~250 ms
         # on 64 busy threads (the kernel patches each site in turn under the target's mm
         # lock, and the first ones fire at once): the plan counts from before the first is
@@ -498,6 +502,7 @@ class WindowFact:
     overstay_ns: int = 0  # off: how far past its planned end it was detached
     burst: str = ""  # on: the trigger that asked for it ("" for a budgeted window)
     extended: bool = False  # on: a burst extended the window already open
+    whole: bool = False  # on: every hot site is in since ts (planned_ns: how long that took)
 
 
 def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
@@ -559,7 +564,9 @@ class HotControl:
             tag, _, rest = line.partition(" ")
             if tag == "W":
                 w = rest.split()
-                if w[0] in ("1", "2"):
+                if w[0] == "3":
+                    facts.append(WindowFact(True, int(w[1]), planned_ns=int(w[2]), whole=True))
+                elif w[0] in ("1", "2"):
                     facts.append(WindowFact(True, int(w[1]), planned_ns=int(w[2]),
                                             burst="" if w[3] == "-" else w[3],
                                             extended=w[0] == "2"))

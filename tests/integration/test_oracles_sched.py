@@ -83,6 +83,27 @@ def events_model(rec: Path, since: int, until: int) -> Any:
     return m
 
 
+def window_spans(rec: Path, since: int, until: int) -> list[tuple[int, int]]:
+    """default mode's hot windows in a recording, from when every hot site is in (WINDOW 3;
+    WINDOW 1 in a recording without it) to WINDOW 0, cut to [since, until] (gmpmon's
+    clock). A burst's extension (WINDOW 2) changes neither edge."""
+    from gmpmon.events import Kind
+    from gmpmon.record import read_recording
+
+    opened = 0
+    spans: list[tuple[int, int]] = []
+    for b in read_recording(str(rec)):
+        for e in b.events:
+            if e[1] != Kind.WINDOW or e[5] == 2:
+                continue
+            if e[5] == 1 or (e[5] == 3 and opened):
+                opened = e[0]
+            elif e[5] == 0 and opened:
+                spans.append((max(opened, since), min(e[0], until)))
+                opened = 0
+    return [(a, b) for a, b in spans if b > a]
+
+
 def whole(r: OracleRun) -> None:
     """Every event (but 0.1%) reached the model: a comparison with the trace needs them (under
     load, bursts of 128 goroutines every 2 ms once overran gmpmon's reader queue)."""
@@ -209,8 +230,6 @@ def test_p_busy_time_in_every_mode_matches_runtime_trace(
     over the time it knows the P's state; from 50 Hz P status reads (and cold hand-offs) in
     sample mode, from those and the hot probes' windows in default mode, from the probes in
     full mode. Within 5%."""
-    from gmpmon.events import Kind
-    from gmpmon.record import read_recording
     from tests.integration.test_oracles import replayed_model
 
     r = oracle_run(tmp_path, go, "-phase", "3s", "-mutex", "2", "-gc-every", "50ms",
@@ -227,16 +246,7 @@ def test_p_busy_time_in_every_mode_matches_runtime_trace(
     if mode == "default":
         # Default mode counts P time inside its hot windows only (between them the P reads
         # update the timeline, uncounted): the trace over the same windows.
-        opened = 0
-        spans: list[tuple[int, int]] = []
-        for b in read_recording(str(tmp_path / "r.gmp")):
-            for e in b.events:
-                if e[1] == Kind.WINDOW and e[5]:
-                    opened = e[0]
-                elif e[1] == Kind.WINDOW and opened:
-                    spans.append((max(opened, tr.first_ns), min(e[0], tr.last_ns)))
-                    opened = 0
-        spans = [(a, b) for a, b in spans if b > a]
+        spans = window_spans(tmp_path / "r.gmp", tr.first_ns, tr.last_ns)
         theirs = tr.p_running_within(spans)
         span = 2 * sum(b - a for a, b in spans)
         print(f"\n{len(spans)} windows, {span // 2} ns")
