@@ -185,9 +185,10 @@ KNOWN: dict[tuple[str, str], str] = {
         "profile, 24 of them). Not a missed exit: no outlier wait (max 31 ms sample, "
         "57-177 ms full: STW pauses). The waiters come in convoys of 5-15 for tens of ms: 28 "
         "profiles 4 a second saw 0.46 at the site where gmpmon had <= 0.86 open. But the "
-        "contention grows while gmpmon is attached (profiles 2 a second, 18 a run: 0.0-0.33 "
-        "at the site, 0.0-0.89 in lockSlow without it; 0.0-2.2 and 1.3-6.7 with sample mode), "
-        "and profiles 2-4 a second (3 STW pauses each) made the finding critical: HACKING.md"),
+        "contention grows while gmpmon is attached: in lockSlow, profiles 2 a second, 0.0-0.89 "
+        "without gmpmon, 0.11-0.61 with sample mode less its lockSlow probes, 1.3-6.7 with "
+        "them (the RET probe runs with the lock held): gmpmon makes the contention it reports. "
+        "Profiles 2-4 a second (3 STW pauses each) made it critical: HACKING.md"),
 }
 
 
