@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import ctypes
 import dataclasses
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
@@ -32,16 +30,15 @@ from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
 from gmpmon.capture.perfsample import SAMPLE_HZ
 from gmpmon.capture.pipeline import BatchQueue
 from gmpmon.capture.ringbuf import RingBufReader
-from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
-from gmpmon.capture.targetmem import running
+from gmpmon.capture.stacksym import MutexStacks, fix_go_sites
+from gmpmon.capture.targetmem import exe_id, gone
 from gmpmon.capture.triggers import Flight, TriggerSpec
+from gmpmon.capture.watchcost import PriorRate, WatchCost, cost_event, window_event
 from gmpmon.errors import CaptureError, GmpmonError
 from gmpmon.events import (
-    COST_WATCH_SHIFT,
     LOST_IN_BAND,
-    MISSED_STACK,
     NO_P,
     RING_COUNTERS_FULL,
     RING_CUT,
@@ -55,7 +52,6 @@ from gmpmon.events import (
     Kind,
     RtFeature,
     Stage,
-    unknown_frame,
 )
 from gmpmon.priority import name_thread
 
@@ -81,19 +77,8 @@ REORDER_NS = 3_000_000
 # watch the released records) keep releasing at every 10-ms poll. The rings are read when a
 # batch is released.
 RELEASE_SAMPLE_NS = 50_000_000
-# Default mode: how often gmpmon's own CPU per probe hit goes to the budget (hotctl), and the
-# fewest hits in that time that measure it.
+# Default mode: how often gmpmon's own CPU per probe hit goes to the budget (hotctl).
 WATCH_NS = 250_000_000
-WATCH_SPAN = 40  # intervals (10 s) in the slope
-WATCH_SPREAD = 5  # the busiest interval has this many times the records of the quietest
-PRIOR_SPAN_NS = 1_000_000_000  # the runtime counters' rates sent to the controller: over this
-# gmpmon's CPU per record: at most this much. Before the slope is known it is taken as CPU /
-# records, which counts the fixed work of quiet intervals too (~2 ms for ~200 records), and a
-# slope over one or two busy intervals moves with whatever else they held (a snapshot, a
-# census). The slopes measured 1.2-2.5 µs on net/http; unbounded, a quiet first second of the
-# ping-pong under load said 100 µs a record and charged one 20-ms window 0.5 s.
-WATCH_MAX_S_PER_RECORD = 3e-6
-WATCH_MIN_HITS = 1000  # probe hits in the span below which records per hit are taken as 1
 U64 = (1 << 64) - 1
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
 _MUTEX = int(Kind.MUTEX)
@@ -160,12 +145,12 @@ class Capture:
         # (dev, ino) of the image we probe. For attach, taken now, right after its binary was
         # read: attaching (compiles) takes seconds, and an exec meanwhile must be noticed, not
         # taken for the image we probe. For `run`, after the child's exec (start_sampler).
-        self._exe_id: tuple[int, int] | None = None if defer_sampler else _exe_id(pid)
+        self._exe_id: tuple[int, int] | None = None if defer_sampler else exe_id(pid)
         self._q = BatchQueue()  # bounded in events; drops counted (gmpmon/capture/pipeline.py)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending: list[EventTuple] = []
-        self._stack_ids: dict[int, int] = {}
+        self._mutex_stacks = MutexStacks()
         self.go_sites = GoSites(info)  # GO_CREATE a1 and the census's per-G sites
         self._hot_on = False
         self.budget_pct = budget_pct
@@ -176,10 +161,9 @@ class Capture:
         self._watch_cpu = 0.0
         self._model_cpu = 0.0
         self._hits_total = 0  # probe hits, from the hit counters
-        self._watch_prev: tuple[float, int, int, int] | None = None
-        self._watch_span: deque[tuple[float, float, float, float]] = deque(maxlen=WATCH_SPAN)
+        self._watch = WatchCost()
         self._next_watch = 0
-        self._prior_span: deque[tuple[int, int, int]] = deque()
+        self._prior = PriorRate()
         self._ring_prev: dict[int, int] = {}  # Counter.RING totals already sent
         self._ring_cut = 0  # records left unread in the ring at the end (CUT_AT_END)
         self._inband_lost = 0  # ring losses reported by in-band LOST marks (and the rest)
@@ -207,7 +191,6 @@ class Capture:
         if self.prog is not None:
             return
         self.prog = BpfProgram(self.info, self.pid, self.plan)
-        release_freed_memory()  # the compiler's ~100 MB of freed heap back to the system
         self.prog.set_load_bias(self.info.load_bias)
         self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
         # Everything is compiled before anything is attached: a compile (seconds on a cache
@@ -301,7 +284,7 @@ class Capture:
         """Open the target's memory (sample and default modes). For `run`, only after exec:
         /proc/PID/mem opened earlier keeps pointing at the pre-exec address space."""
         if self._exe_id is None:
-            self._exe_id = _exe_id(self.pid)
+            self._exe_id = exe_id(self.pid)
         if self.runtime is None:
             with contextlib.suppress(OSError):
                 self.runtime = RuntimeSources(
@@ -385,7 +368,8 @@ class Capture:
         if self.mode == "default":
             self.hotctl = start_hotctl(self.prog, self.plan.hot, self.pid, self.budget_pct,
                                        self.window_ns, self.period_ns,
-                                       prior=self._counters() is not None)
+                                       prior=self.runtime is not None
+                                       and self.runtime.counters is not None)
             if self.hotctl is None:
                 self._hot_attach()
             elif not self.flight:
@@ -452,13 +436,10 @@ class Capture:
     def _alive(self) -> bool:
         """Still the process we attached to. An exec'd target counts as gone: the probes
         sit in the old binary's inode and the sampler's offsets describe the old image."""
-        if not running(self.pid):
-            self.exit_reason = self.exit_reason or "exited"
-            return False
-        if self._exe_id is not None and _exe_id(self.pid) not in (self._exe_id, None):
-            self.exit_reason = self.exit_reason or "exec'd another program"
-            return False
-        return True
+        why = gone(self.pid, self._exe_id)
+        if why:
+            self.exit_reason = self.exit_reason or why
+        return not why
 
     def _detach_all_and_drain(self) -> None:
         if self.prog is None:
@@ -509,80 +490,36 @@ class Capture:
     def _window_facts(self, facts: list[WindowFact]) -> None:
         for f in facts:
             self.stats.windows += f.on and not f.extended and not f.whole
-            a1 = f.planned_ns if f.on else f.overstay_ns
-            a0 = (3 if f.whole else 2 if f.extended else 1) if f.on else 0
-            self._pending.append((f.ts, Kind.WINDOW, -1, 0, 0, a0, a1))
+            self._pending.append(window_event(f))
 
     def _cost_event(self, now: int) -> None:
         c = self.hotctl.status if self.hotctl is not None else None
         if c is not None and c is not self._cost_sent:
             self._cost_sent = c
-            counts = c.overstays | c.bursts << 20 | c.cut_short << 40
-            m = round(c.budget_pct * 1000) | round(c.watch_cost_s * 1e6) << COST_WATCH_SHIFT
-            self._pending.append((now, Kind.COST, -1, m, counts,
-                                  int(c.cost_s * 1e9), int(c.target_cpu_s * 1e9)))
+            self._pending.append(cost_event(now, c))
 
     def charge_model(self, cpu_s: float) -> None:
         """The model thread (and the recorder behind it) spent ``cpu_s`` on records."""
         self._model_cpu += cpu_s
 
     def _watch_report(self) -> None:
-        """Tell the controller what a probe hit costs gmpmon's own threads: the slope of
-        their CPU (this thread's ring reads and releases, the model's feeding) against the
-        records of each WATCH_NS, over the last WATCH_SPAN of them, x ring records per probe
-        hit over the same span. A slope, not CPU / records: a quiet interval's ~200 records
-        cost ~2 ms of fixed work (6-8 µs a record), a window's 10-20k records ~1.2-2.5 µs
-        each. Until the span holds quiet and busy intervals both, CPU / records."""
+        """Tell the controller what a probe hit costs gmpmon's own threads (watchcost.py)."""
         assert self.hotctl is not None
         ring = self.ring.records if self.ring is not None else 0
-        cur = (self._watch_cpu + self._model_cpu, self.stats.records, ring, self._hits_total)
-        prev, self._watch_prev = self._watch_prev, cur
-        if prev is None:
-            return
-        cpu, records, rrec, hits = (a - b for a, b in zip(cur, prev, strict=True))
-        span = self._watch_span
-        span.append((records, cpu, rrec, hits))
-        xs = [r[0] for r in span]
-        # Ring records per probe hit: ~1 for the hot probes (2 for a semaphore's wait). With
-        # few hits in the span (no window yet) the ratio says nothing: the ping-pong's cold
-        # probes are hit a few times a second while its ring takes the perf sampler's
-        # records, and 50 records "per hit" charged one window 18 s.
-        span_hits = sum(r[3] for r in span)
-        per_hit = (min(max(sum(r[2] for r in span) / span_hits, 0.5), 2.0)
-                   if span_hits >= WATCH_MIN_HITS else 1.0)
-        if max(xs) < WATCH_SPREAD * (min(xs) + 100):
-            # No spread yet (no window in the span, or a target that is quiet throughout):
-            # CPU / records, which counts the fixed work too, an overestimate until then.
-            if sum(xs) > 0:
-                per_record = sum(r[1] for r in span) / sum(xs)
-                self.hotctl.watch_cost(min(per_record, WATCH_MAX_S_PER_RECORD) * per_hit)
-            return
-        n = len(span)
-        mx = sum(xs) / n
-        my = sum(r[1] for r in span) / n
-        var = sum((x - mx) ** 2 for x in xs)
-        slope = sum((r[0] - mx) * (r[1] - my) for r in span) / var
-        self.hotctl.watch_cost(min(max(slope, 0.0), WATCH_MAX_S_PER_RECORD) * per_hit)
-
-    def _counters(self) -> RuntimeCounters | None:
-        return self.runtime.counters if self.runtime is not None else None
+        per_hit = self._watch.per_hit(self._watch_cpu + self._model_cpu, self.stats.records,
+                                      ring, self._hits_total)
+        if per_hit is not None:
+            self.hotctl.watch_cost(per_hit)
 
     def _prior_report(self, now: int) -> None:
-        """Tell the controller the hot-hit rate the runtime's own counters say (timeToRun
-        samples and syscalls per second, over the last PRIOR_SPAN_NS): what it sizes
-        windows with, before the first and between them (budget.prior_hits_per_s)."""
-        rc = self._counters()
+        """Tell the controller the hot-hit rate the runtime's own counters say (watchcost.py):
+        what it sizes windows with, before the first and between them."""
+        rc = self.runtime.counters if self.runtime is not None else None
         if rc is None or rc.reads < 2 or self.hotctl is None:
             return
-        span = self._prior_span
-        span.append((now, rc.tracked, rc.syscalls))
-        while len(span) > 2 and now - span[1][0] >= PRIOR_SPAN_NS:
-            span.popleft()
-        if len(span) < 2 or now - span[0][0] < PRIOR_SPAN_NS // 2:
-            return
-        dt = (now - span[0][0]) * 1e-9
-        self.hotctl.prior(prior_hits_per_s((rc.tracked - span[0][1]) / dt,
-                                           (rc.syscalls - span[0][2]) / dt), rc.busy_ps)
+        rates = self._prior.rates(now, rc.tracked, rc.syscalls)
+        if rates is not None:
+            self.hotctl.prior(prior_hits_per_s(*rates), rc.busy_ps)
 
     def _emit_window(self, on: int) -> None:
         self._pending.append((time.monotonic_ns(), Kind.WINDOW, -1, 0, 0, on, 0))
@@ -646,93 +583,13 @@ class Capture:
                 if out[i][6] == LOST_IN_BAND:
                     self._inband_lost += out[i][5]
                     self.stats.lost += out[i][5]
-        stacks = self._fix_mutex_stacks(out, kinds)
-        self._fix_go_sites(out, kinds)
+        stacks = self._mutex_stacks.fix(out, kinds, self.prog, self.info)
+        fix_go_sites(self.go_sites, out, kinds)
         stacks.update(self.go_sites.take())  # names from here and from the census thread
         stacks.update(self.kernel.take_stacks())
         if self.flight is not None:
             out += self.flight.check(out, self.hotctl.burst if self.hotctl else None)
         self._q.put(Batch(out, stacks))
-
-    def _fix_go_sites(self, events: list[EventTuple], kinds: list[int]) -> None:
-        """GO_CREATE records carry the new G's packed (startpc, gopc): make it a go site id."""
-        if _GO_CREATE not in kinds:
-            return
-        packed, known = self.go_sites.packed, self.go_sites.by_word.get
-        for i in compress(range(len(kinds)), map(_GO_CREATE.__eq__, kinds)):
-            e = events[i]
-            word = e[6]
-            if word:
-                sid = known(word)
-                events[i] = (e[0], e[1], e[2], e[3], e[4], e[5],
-                             packed(word) if sid is None else sid)
-
-    def _fix_mutex_stacks(self, events: list[EventTuple], kinds: list[int]
-                          ) -> dict[int, tuple[str, ...]]:
-        """MUTEX records carry (caller pc << 16 | kernel stack id): give each distinct pair a
-        small stack id and symbolize it once, root first."""
-        new: dict[int, tuple[str, ...]] = {}
-        if _MUTEX not in kinds:
-            return new
-        for i, k in enumerate(kinds):
-            if k != _MUTEX:
-                continue
-            e = events[i]
-            word = e[6]
-            sid = self._stack_ids.get(word)
-            if sid is None:
-                sid = len(self._stack_ids) + 1
-                self._stack_ids[word] = sid
-                new[sid] = self._symbolize(word)
-            events[i] = (e[0], e[1], e[2], e[3], e[4], e[5], sid)
-        return new
-
-    def _symbolize(self, word: int) -> tuple[str, ...]:
-        kid = word & 0xFFFF
-        caller = word >> 16
-        pcs = self.prog.stack(kid) if (self.prog is not None and kid != 0xFFFF) else []
-        # Kernels >= 6.10 add the caller themselves for a probe on a function's `push rbp`
-        # (is_uprobe_at_func_entry); older ones miss it.
-        if not pcs:
-            pcs = [caller] if caller else []
-        elif caller and (len(pcs) < 2 or pcs[1] != caller):
-            pcs = [pcs[0], caller, *pcs[1:]]
-        bias = self.info.load_bias
-        frames = []
-        for i, pc in enumerate(pcs):
-            # Return addresses point after the CALL: look up pc-1 to stay inside the caller.
-            name = self.info.functab.lookup(pc - bias - (1 if i else 0))
-            frames.append(name if name else unknown_frame(pc))
-        if not frames:
-            frames = list(MISSED_STACK)
-        return tuple(reversed(frames))
-
-
-M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter
-TRIM_THRESHOLD = 8 << 20
-
-
-def release_freed_memory() -> None:
-    """malloc_trim(0): libbcc's in-process LLVM frees what it used to compile, but glibc keeps
-    the pages; without this gmpmon's RSS stays ~100 MB higher for the whole run.
-
-    Then glibc may keep up to TRIM_THRESHOLD free at the top of the heap: by default it gives
-    back anything over 128 KiB at each free, so the ~256 KiB a zlib compressor allocates for
-    each recorded batch (20 a second) were faulted in again every time (~3 page faults and
-    15-30% of a batch's compression time)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None)
-        libc.malloc_trim(0)
-        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-
-
-def _exe_id(pid: int) -> tuple[int, int] | None:
-    try:
-        st = os.stat(f"/proc/{pid}/exe")
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
 
 _TS = itemgetter(0)
 _KIND = itemgetter(1)

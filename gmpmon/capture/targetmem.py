@@ -208,3 +208,22 @@ def running(pid: int) -> bool:
         return False
     state = stat.rfind(b")") + 2  # after "pid (comm) "; comm may hold ')'
     return stat[state : state + 1] not in (b"Z", b"X")
+
+
+def exe_id(pid: int) -> tuple[int, int] | None:
+    """(dev, ino) of the process's executable: an exec changes it."""
+    try:
+        st = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def gone(pid: int, exe: tuple[int, int] | None) -> str:
+    """Why the process is no longer the one whose executable was ``exe`` ("" while it is):
+    it exited, or it exec'd another program."""
+    if not running(pid):
+        return "exited"
+    if exe is not None and exe_id(pid) not in (exe, None):
+        return "exec'd another program"
+    return ""
