@@ -26,7 +26,6 @@ from __future__ import annotations
 import struct
 import time
 
-from gmpmon import priority
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
 from gmpmon.capture.censusstacks import Shape, Unwind, WaitStacks
@@ -146,7 +145,6 @@ class Census:
         """Append one census (CENSUS_BEGIN ... CENSUS_END); new creation-site names go into
         ``stacks``. Never raises for a target that exits mid-walk: the END says so.
         Raises TargetMemoryError for an implausible pointer or length in the target."""
-        priority.nice_this_thread()
         if self.wait_stacks is not None:
             self.wait_stacks.prepare()
         t0 = time.monotonic_ns()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
+from gmpmon import priority
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.census import Census
 from gmpmon.capture.censusstacks import census_unwinder
@@ -124,6 +125,10 @@ class RuntimeSources:
 
     def _census_loop(self) -> None:
         name_thread()
+        # This thread alone, at attach's nice: the walk's CPU is bounded by its duty, the nice
+        # only decides when it runs beside a saturating target (a walk must not set the nice
+        # of whichever thread calls it).
+        priority.nice_this_thread()
         census = self.census
         assert census is not None
         while not self._stop.is_set():

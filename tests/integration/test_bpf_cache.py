@@ -22,7 +22,10 @@ from tests.integration.test_capture import GM, TIMEOUT, env
 
 def _attach(pid: int, cache: Path, out: Path, *args: str) -> dict[str, Any]:
     p = subprocess.run(
-        [*GM, "attach", str(pid), "--no-tui", "-d", "2", "--kernel", "samples,sched",
+        # full mode: every uprobe in from the start, so that "the cached object's uprobes ran"
+        # does not hang on whether default mode's budget opened a window within 2 s.
+        [*GM, "attach", str(pid), "--no-tui", "-d", "2", "--mode", "full",
+         "--kernel", "samples,sched",
          "--summary-json", str(out), *args],
         capture_output=True, text=True, timeout=TIMEOUT, env=env(GMPMON_CACHE_DIR=str(cache)),
     )

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from gmpmon import priority
 from gmpmon.binary import load_pid
 from gmpmon.capture.census import Census
 from gmpmon.capture.targetmem import TargetMemory
@@ -31,7 +32,11 @@ def census_of_scale(n: int) -> tuple[int, int, float, float]:
         mem = TargetMemory(p.pid)
         census = Census(info, mem)
         events: list[EventTuple] = []
-        t = threading.Thread(target=census.walk, args=(events, {}))
+        def walk() -> None:  # as the census thread does (RuntimeSources._census_loop)
+            priority.nice_this_thread()
+            census.walk(events, {})
+
+        t = threading.Thread(target=walk)
         t.start()
         t.join()
         mem.close()
