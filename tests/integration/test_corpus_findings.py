@@ -204,6 +204,11 @@ def judge(name: str, runs: list[tuple[str, dict[str, Any], RuntimeView]],
             if f["severity"] == "info":
                 continue
             lines.append(f"{name} {mode}: {f['severity']} {f['id']}: {f['title']}")
+            if f["severity"] == "critical" and known is not None and (name, f["id"]) in KNOWN:
+                # the known disagreement at its worst (gmpmon's own probe makes it): said,
+                # never passed as a warning that holds
+                known.append(f"{lines[-1]}; known: {KNOWN[(name, f['id'])]}")
+                continue
             assert f["severity"] != "critical", lines[-1]
             check = CHECKS.get(f["id"])
             assert check is not None, f"{lines[-1]}: no check of its evidence"
