@@ -506,16 +506,22 @@ static __always_inline int on_sysexit(struct pt_regs *ctx)
     return 0;
 }
 
-/* runtime.goschedImpl(gp *g, preempted bool) (1.22+), on g0: RAX=gp, BL=1 for a preemption
- * (asyncPreempt2 / newstack via gopreempt_m), 0 for runtime.Gosched. The G becomes runnable. */
-static __always_inline int on_gosched(struct pt_regs *ctx)
+/* A G made runnable by a yield on g0 (RAX = gp): its latency starts now, and GM_PREEMPTED
+ * says how (a0: 1 a preemption, 0 runtime.Gosched). Shared by the three handlers below. */
+static __always_inline int gm_yielded(struct pt_regs *ctx, u64 preempted)
 {
     u64 now = bpf_ktime_get_ns();
     u64 goid = gm_goid(ctx->ax);
     gm_mark_runnable(goid, now);
-    gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid,
-               ctx->bx & 0xff, 0);
+    gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, preempted, 0);
     return 0;
+}
+
+/* runtime.goschedImpl(gp *g, preempted bool) (1.22+), on g0: RAX=gp, BL=1 for a preemption
+ * (asyncPreempt2 / newstack via gopreempt_m), 0 for runtime.Gosched. The G becomes runnable. */
+static __always_inline int on_gosched(struct pt_regs *ctx)
+{
+    return gm_yielded(ctx, ctx->bx & 0xff);
 }
 
 /* runtime.gosched_m(gp *g) (<=1.21; 1.22+ is seen at goschedImpl with BL=0), on g0, reached
@@ -523,11 +529,7 @@ static __always_inline int on_gosched(struct pt_regs *ctx)
  * runnable (goschedImpl: _Grunning -> _Grunnable, global runq). */
 static __always_inline int on_gosched_m(struct pt_regs *ctx)
 {
-    u64 now = bpf_ktime_get_ns();
-    u64 goid = gm_goid(ctx->ax);
-    gm_mark_runnable(goid, now);
-    gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 0, 0);
-    return 0;
+    return gm_yielded(ctx, 0);
 }
 
 /* runtime.goyield_m(gp *g) (all versions), on g0 by mcall (RAX = gp): semrelease handed the
@@ -535,11 +537,7 @@ static __always_inline int on_gosched_m(struct pt_regs *ctx)
  * trace calls it a preemption (GoPreempt): a0 = 1. */
 static __always_inline int on_goyield(struct pt_regs *ctx)
 {
-    u64 now = bpf_ktime_get_ns();
-    u64 goid = gm_goid(ctx->ax);
-    gm_mark_runnable(goid, now);
-    gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 1, 0);
-    return 0;
+    return gm_yielded(ctx, 1);
 }
 
 /* runqsteal(pp, p2 *p, stealRunNextG bool) *g, entry, on g0: RAX=thief P, RBX=victim P.
