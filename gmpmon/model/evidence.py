@@ -86,6 +86,9 @@ _RARE = frozenset({K_PREEMPT_REQ, K_P_SAMPLE, K_SCHED_SAMPLE, K_CGROUP, K_CENSUS
 _CHURN = frozenset({K_GO_CREATE, K_GO_EXIT})
 _G, _A0 = itemgetter(4), itemgetter(5)
 _CAUSES = frozenset({K_PARK, K_SYSCALL_ENTER})
+# What a tail event does to the causes it lends: a PARK/SYSCALL_ENTER sets its M's cause,
+# an EXECUTE on the M ends it, a gap (WINDOW, LOST, DROP) forgets them all.
+_TAIL = _CAUSES | {K_EXECUTE, K_WINDOW, K_LOST, K_DROP}
 _SLOW = _RARE | _CHURN | {K_PARK, K_SYSCALL_ENTER, K_EXECUTE, K_FIND_RUNNABLE, K_HANDOFF,
                           K_WINDOW, K_LOST, K_P_IDLE, K_DROP}
 _P_RUNNING_STATUS = 1  # index of "running" in Header.p_status (events.P_SAMPLE a0 & 0xff)
@@ -187,11 +190,20 @@ class FindingsTracker:
 
     def _apply_slow(self, events: list[EventTuple]) -> None:
         """Event by event: hand-off causes and the time Ps spent without an M. The previous
-        chunks' tail (already applied) only lends its PARK/SYSCALL_ENTER events as causes."""
+        chunks' tail (already applied) only lends its causes: its PARK/SYSCALL_ENTER events,
+        less those an EXECUTE on the same M ended (lending the PARK alone once made a GC
+        worker's forEachP hand-off on Caddy a "locked-thread" one) or a gap made unknown."""
         m_last: dict[int, tuple[int, int, int, int]] = {}
-        for e in compress(self._tail, map(_CAUSES.__contains__, map(_KIND, self._tail))):
-            if e[3]:
-                m_last[e[3]] = _CAUSE_ROW(e)
+        for e in compress(self._tail, map(_TAIL.__contains__, map(_KIND, self._tail))):
+            k = e[1]
+            if k in _CAUSES:
+                if e[3]:
+                    m_last[e[3]] = _CAUSE_ROW(e)
+            elif k == K_EXECUTE:
+                if e[3]:
+                    m_last.pop(e[3], None)
+            else:
+                m_last.clear()
         for e in compress(events, map(_SLOW.__contains__, map(_KIND, events))):
             k = e[1]
             if self._gated and not self._hot and k in HOT:

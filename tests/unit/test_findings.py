@@ -428,6 +428,25 @@ def test_a_park_then_another_goroutine_on_the_m_is_no_locked_thread() -> None:
     assert "cgo-pinning" not in by_id(s)
 
 
+def test_a_park_then_another_goroutine_across_chunks_is_no_locked_thread() -> None:
+    """The same, with the model's chunks cut between G11's EXECUTE and the HANDOFF (a GC
+    worker's forEachP hand-off on Caddy, full mode under wrk, CI): the EXECUTE in the
+    previous chunk's tail still ends G9's park as a cause."""
+    model = Model(header("full", 2))
+    for k in range(50):
+        t = k * 20 * MS + 4 * MS
+        model.feed(Batch([ev(t, Kind.EXECUTE, p=1, m=121, g=9),
+                          ev(t + 100, Kind.PARK, p=1, m=121, g=9, a0=CHANRECV),
+                          ev(t + 110, Kind.EXECUTE, p=1, m=121, g=11)], {}))
+        model.flush()
+        model.feed(Batch([ev(t + 600, Kind.HANDOFF, p=1, m=121, g=11)], {}))
+        model.flush()
+    s = snapshot_with_findings(model)
+    assert "cgo-pinning" not in by_id(s)
+    causes = model.findings.handoff_cause
+    assert sum(causes.values()) == 50 and causes.get("locked-thread", 0) == 0, causes
+
+
 @pytest.mark.parametrize("outside_go", [0, 20])
 def test_cgo_pinning_only_with_evidence_of_pinning(outside_go: int) -> None:
     """Default mode, 100 hand-offs a second: in the windows 18 of every 20 follow a syscall
