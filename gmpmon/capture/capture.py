@@ -366,6 +366,7 @@ class Capture:
         cycle_start = now
         next_release = now
         if self.mode == "default":
+            self.prog.set_hot_off(True)  # until the first window (hotctl's or ours)
             self.hotctl = start_hotctl(self.prog, self.plan.hot, self.pid, self.budget_pct,
                                        self.window_ns, self.period_ns,
                                        prior=self.runtime is not None
@@ -415,7 +416,9 @@ class Capture:
             self._poll_runtime(t0)
             if t0 >= next_counters:
                 self.stats.cpu_s = time.thread_time() - cpu0  # a syscall: not every poll
-                self._read_counters(t0)
+                # stamped when read, not at the poll's start (the ring read in between takes
+                # ms under load): a total over two reads' stamps is that time's, to the 0.1%
+                self._read_counters(time.monotonic_ns())
                 # Many Ps make the counter map big (per-P latency buckets, the steal matrix):
                 # reading it may not take more than a tenth of the reader's time.
                 next_counters = t0 + max(self.counter_ns, 10 * (time.monotonic_ns() - t0))
@@ -476,6 +479,7 @@ class Capture:
     def _hot_attach(self) -> None:
         assert self.prog is not None
         self.prog.new_window()
+        self.prog.set_hot_off(False)
         self.prog.attach("hot", self.plan.hot)
         self._hot_on = True
         self.stats.windows += 1
@@ -484,6 +488,7 @@ class Capture:
     def _hot_detach(self) -> None:
         assert self.prog is not None
         self._emit_window(0)
+        self.prog.set_hot_off(True)
         self.prog.detach("hot")
         self._hot_on = False
 
