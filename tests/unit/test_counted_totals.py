@@ -106,3 +106,17 @@ def test_exact_is_said_only_of_the_counts_when_records_were_thinned() -> None:
     old = replay("spawn.gmp", thinned=True).snapshot()
     assert fidelity(old) == "thinned; counts short"
     assert "exact" not in text_report(old).lower()
+
+
+def test_the_tui_header_says_the_thinning_beside_the_counts() -> None:
+    from gmpmon.tui.widgets.status import StatusHeader
+
+    for thinned, said in ((False, None), (True, "counts exact; thinned 4,033/4,036")):
+        m = replay("spawn-counters.gmp", thinned=thinned)
+        h = StatusHeader(m.header)
+        h.snapshot = m.snapshot()
+        text = str(h.render())
+        if said is None:
+            assert "thinned" not in text and "exact" not in text
+        else:
+            assert said in text, text
