@@ -91,7 +91,9 @@ def read_span(rec: Path, since: int, until: int) -> tuple[int, int]:
     reads = sorted({e[0] for b in read_recording(str(rec)) for e in b.events
                     if e[1] == Kind.COUNTER and e[4] == Counter.GO_START
                     and since <= e[0] <= until})
-    assert len(reads) >= 5, reads  # a read every 100 ms
+    # a read every 100 ms, or less often when reading takes long (capture.py: at most a
+    # tenth of the reader's time; 4 in 2 s on a loaded machine)
+    assert len(reads) >= 2 and reads[-1] - reads[0] >= (until - since) // 2, reads
     return reads[0], reads[-1]
 
 
