@@ -324,9 +324,11 @@ class BpfProgram:
         self.bpf[b"runq_addr"][ct.c_int(0)] = ct.c_uint64(addr + bias if addr else 0)
 
     def new_window(self) -> None:
-        """Bump the generation the hot probes stamp their timestamps with."""
+        """Bump the generation the hot probes stamp their timestamps with; the hot probes are
+        about to be attached (set_hot_off(False))."""
         self.gen += 1
         self.bpf[b"cfg"][ct.c_int(0)] = ct.c_uint32(self.gen)
+        self.set_hot_off(False)
 
     def set_hot_off(self, off: bool) -> None:
         """cfg[1]: the hot probes are detached between default mode's windows, and the cold

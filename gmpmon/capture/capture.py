@@ -192,6 +192,7 @@ class Capture:
             return
         self.prog = BpfProgram(self.info, self.pid, self.plan)
         self.prog.set_load_bias(self.info.load_bias)
+        self.prog.set_hot_off(self.mode == "default")  # till a window: gm_count_windowed
         self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
         # Everything is compiled before anything is attached: a compile (seconds on a cache
         # miss) between the probes' first records and the sampler's first P states starts
@@ -366,7 +367,6 @@ class Capture:
         cycle_start = now
         next_release = now
         if self.mode == "default":
-            self.prog.set_hot_off(True)  # until the first window (hotctl's or ours)
             self.hotctl = start_hotctl(self.prog, self.plan.hot, self.pid, self.budget_pct,
                                        self.window_ns, self.period_ns,
                                        prior=self.runtime is not None
@@ -416,8 +416,7 @@ class Capture:
             self._poll_runtime(t0)
             if t0 >= next_counters:
                 self.stats.cpu_s = time.thread_time() - cpu0  # a syscall: not every poll
-                # stamped when read, not at the poll's start (the ring read in between takes
-                # ms under load): a total over two reads' stamps is that time's, to the 0.1%
+                # stamped when read: the ring read since t0 takes ms under load
                 self._read_counters(time.monotonic_ns())
                 # Many Ps make the counter map big (per-P latency buckets, the steal matrix):
                 # reading it may not take more than a tenth of the reader's time.
@@ -478,8 +477,7 @@ class Capture:
 
     def _hot_attach(self) -> None:
         assert self.prog is not None
-        self.prog.new_window()
-        self.prog.set_hot_off(False)
+        self.prog.new_window()  # and window-only kinds count again
         self.prog.attach("hot", self.plan.hot)
         self._hot_on = True
         self.stats.windows += 1
