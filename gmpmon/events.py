@@ -279,6 +279,18 @@ class Counter(IntEnum):
     PARK_WAIT_NS = 6  # key = wait-reason index (park -> ready ns, added at ready)
     PROBE_HITS = 7  # key = probe id (capture-defined); for overhead accounting
     RING = 8  # key = RING_*: the probes' ring-buffer ledger (what was written, read, lost)
+    # The totals, counted where the probes emit their records (thinning a record never
+    # changes them; gmpmon/model/counts.py):
+    GO_START = 9  # p = P of the execute: goroutine starts
+    GO_CREATE = 20  # goroutines created
+    GO_EXIT = 21  # goroutines exited
+    SYS_ENTER = 22  # p = P; key 1 entersyscallblock, 0 entersyscall
+    SYS_EXIT = 23  # p = P held at exitsyscall (NO_P: none)
+    HANDOFF = 24  # p = the P handed off
+    YIELD = 25  # key = YIELD_*: preemptions by kind, and Gosched
+    PREEMPT_REQ = 26  # preemptone requests
+    STW = 27  # key = stw reason index: stop-the-world pauses
+    STW_NS = 28  # key = stw reason index: their total ns
     # Kernel sources (gmpmon/capture/perfsample.py, tracepoints.py); M = OS thread id:
     SAMPLES = 10  # key = SAMPLE_* outcome: perf samples of the target, exact
     M_ONCPU_NS = 11  # key = tid: time on a CPU (sched_switch)
@@ -291,6 +303,12 @@ class Counter(IntEnum):
     SYS_G_COUNT = 18  # key = goid (low 32 bits; 0 = g0/not Go)
     SYS_G_NS = 19  # key = goid (low 32 bits)
 
+
+# Counter.YIELD keys: how a G gave up its P and stayed runnable.
+YIELD_GOSCHED = 0  # runtime.Gosched
+YIELD_PREEMPT = 1  # a preemption (goschedImpl with preempted, gopreempt_m)
+YIELD_HANDOFF = 2  # goyield_m: semrelease handed the semaphore to a waiter (a preemption to
+# the runtime's trace)
 
 # Counter.RING keys. The kernel counts what the probes tried to write and what the full ring
 # and the full counters hash refused; user space counts what it read and what it dropped

@@ -16,6 +16,7 @@ from gmpmon.model.kernel import long_run_ns
 from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
+from gmpmon.thinning import fidelity, fmt_k, thinning, thinning_line
 
 WIDTH = 80
 
@@ -89,15 +90,24 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
     dur = max(0, snap.now - snap.start)
     lines: list[str] = []
     add = lines.append
+    thin = thinning(snap)
     add(
         _fit(
             f"gmpmon: pid {snap.pid} {snap.go_version} GOMAXPROCS={snap.gomaxprocs} "
-            f"mode={snap.mode} ({snap.window}) {fmt_ns(dur)}",
+            f"mode={snap.mode} ({fidelity(snap, thin)}) {fmt_ns(dur)}",
             WIDTH,
         )
     )
     lost = f", {snap.events_lost} LOST" if snap.events_lost else ""
-    add(f"events {snap.events_total}{lost}; every number below counts the whole capture")
+    if thin.thinned:
+        whole = thin.counts_whole and snap.window == "exact"
+        add(f"events {snap.events_total}{lost}; "
+            + ("counts cover the whole capture (in-kernel counters)" if whole
+               else "counts miss what was thinned"))
+        add(f"  {thinning_line(thin)}:")
+        add("  P times, timelines, goroutines and latency by reason miss those records")
+    else:
+        add(f"events {snap.events_total}{lost}; every number below counts the whole capture")
     if snap.events_lost:
         full = snap.ring.get("counters_full", 0)
         if full:
@@ -245,11 +255,13 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
         sum(r.count for r in prev.park_reasons) if prev else 0
     )
     lost = snap.events_lost - (prev.events_lost if prev else 0)
+    thinned = sum(snap.dropped.values()) - (sum(prev.dropped.values()) if prev else 0)
     lat99 = _interval_p99(snap.sched_latency, prev.sched_latency if prev else None)
     head = f"{t:7.1f}s "
     tail = (f" grq={snap.global_runq} | last {span:.1f}s: steal={_n(steals, snap)}"
             f" park={_n(parks, snap)}"
-            f" p99={lat99} lost={lost}")
+            f" p99={lat99} lost={lost}"
+            + (f" thin={fmt_k(thinned)}" if snap.dropped else ""))
     room = WIDTH - len(head) - len(tail)
     cells = [f"{_LETTER[PState(p.state)]}{p.runq}" for p in snap.procs]
     ps = " ".join(f"P{p.id}:{c}" for p, c in zip(snap.procs, cells, strict=True))

@@ -63,8 +63,14 @@ BPF_PERCPU_ARRAY(hits, u64, 32);
 BPF_HASH(counters, u64, u64, COUNTERS_MAX);
 /* cfg[0] = window generation: bumped by user space whenever the hot probes are attached
  * again (default mode's duty cycle), so that a timestamp left by the previous window is never
- * paired with an event of this one (the events in between were not seen). */
-BPF_ARRAY(cfg, u32, 1);
+ * paired with an event of this one (the events in between were not seen).
+ * cfg[1] = 1 while default mode's hot probes are detached (set by gmpmon/capture/hotctl.py
+ * at WINDOW 0, cleared before the next link): the counts of the kinds the model keeps only
+ * inside windows (HOT_KINDS: the hot handlers', and the cold entersyscallblock's and
+ * gopreempt_m's) stop, so that a total covers the windows only, whole. Without it the hot
+ * handlers' counts ran on while the link was closed (~30 ms a window): 3% more syscalls
+ * than the windows' records on busyhttp. */
+BPF_ARRAY(cfg, u32, 2);
 /* runq_addr[0] = runtime address of the global runq length (an int32), 0 = unknown. */
 BPF_ARRAY(runq_addr, u64, 1);
 
@@ -183,13 +189,25 @@ static __always_inline void gm_count(u32 table, s32 p, u32 key, u64 delta)
     if (v) {
         __sync_fetch_and_add(v, delta);
     } else {
-        /* The counters hash is full (COUNTERS_MAX = 16384 keys: 64 Ps x 256 latency buckets fill it): the
-         * update is lost, and counted as a lost record so that it is never silent. */
+        /* The counters hash is full (COUNTERS_MAX = 20480 keys: 64 Ps x 256 latency buckets
+         * and the per-P totals): the update is lost, and counted as a lost record so that
+         * it is never silent. */
         int zero_idx = 0;
         u64 *l = ctr_full.lookup(&zero_idx);
         if (l)
             *l += 1;
     }
+}
+
+/* gm_count of a kind the model counts only inside default mode's windows (see cfg[1]): every
+ * hot handler's, and the cold ones' of HOT_KINDS. */
+static __always_inline void gm_count_windowed(u32 table, s32 p, u32 key, u64 delta)
+{
+    int one = 1;
+    u32 *off = cfg.lookup(&one);
+    if (off && *off)
+        return;
+    gm_count(table, p, key, delta);
 }
 
 /* ts = 0: the timestamp is taken after the reservation, so that the ring buffer's order is
@@ -308,9 +326,10 @@ static __always_inline int on_execute(struct pt_regs *ctx)
     struct gm_stamp *r = runnable_at.lookup(&goid);
     if (r && r->ts) {
         if (r->gen == gm_gen() && now >= r->ts)
-            gm_count(GM_C_SCHED_LAT, pid, gm_lat_bucket(now - r->ts), 1);
+            gm_count_windowed(GM_C_SCHED_LAT, pid, gm_lat_bucket(now - r->ts), 1);
         r->ts = 0;  /* consumed: a plain store, cheaper than an LRU delete on every hit */
     }
+    gm_count_windowed(GM_C_GO_START, pid, 0, 1);
     gm_emit_at(now, GM_EXECUTE, pid, gm_tid(), goid, ctx->bx & 0xff, gm_runqlen(pp));
     return 0;
 }
@@ -336,7 +355,7 @@ static __always_inline int on_gopark(struct pt_regs *ctx)
     u64 pp = rd64(gm_m(ctx) + M_P);
     struct gm_stamp s = {.ts = now, .gen = gm_gen(), .reason = reason};
     parked_at.update(&goid, &s);
-    gm_count(GM_C_PARK_COUNT, NO_P, reason, 1);
+    gm_count_windowed(GM_C_PARK_COUNT, NO_P, reason, 1);
     gm_emit_at(now, GM_PARK, gm_pid(pp), gm_tid(), goid, reason, 0);
     return 0;
 }
@@ -349,7 +368,7 @@ static __always_inline void gm_made_runnable(u64 goid, u64 now)
     struct gm_stamp *pk = parked_at.lookup(&goid);
     if (pk && pk->ts) {
         if (pk->gen == gen && now >= pk->ts)
-            gm_count(GM_C_PARK_WAIT_NS, NO_P, pk->reason, now - pk->ts);
+            gm_count_windowed(GM_C_PARK_WAIT_NS, NO_P, pk->reason, now - pk->ts);
         pk->ts = 0;  /* consumed */
     }
     struct gm_stamp s = {.ts = now, .gen = gen, .reason = 0};
@@ -447,6 +466,7 @@ static __always_inline int on_gocreate(struct pt_regs *ctx)
     u64 goid = gm_goid(ctx->bx);
     u64 parent = gm_goid(rd64(gm_m(ctx) + M_CURG));
     gm_mark_runnable(goid, now);
+    gm_count_windowed(GM_C_GO_CREATE, NO_P, 0, 1);
     gm_emit_at(now, GM_GO_CREATE, gm_pid(ctx->ax), gm_tid(), goid, parent,
                gm_go_site(ctx->bx));
     return 0;
@@ -461,6 +481,7 @@ static __always_inline int on_newproc1_ret(struct pt_regs *ctx)
     u64 m = gm_m(ctx);
     u64 parent = gm_goid(rd64(m + M_CURG));
     gm_mark_runnable(goid, now);
+    gm_count_windowed(GM_C_GO_CREATE, NO_P, 0, 1);
     gm_emit_at(now, GM_GO_CREATE, gm_pid(rd64(m + M_P)), gm_tid(), goid, parent,
                gm_go_site(ctx->ax));
     return 0;
@@ -473,6 +494,7 @@ static __always_inline int on_goexit(struct pt_regs *ctx)
     u64 goid = gm_goid(ctx->ax);
     runnable_at.delete(&goid);
     parked_at.delete(&goid);
+    gm_count_windowed(GM_C_GO_EXIT, NO_P, 0, 1);
     gm_emit(GM_GO_EXIT, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 0, 0);
     return 0;
 }
@@ -486,6 +508,7 @@ static __always_inline int gm_syscall_enter(struct pt_regs *ctx, u64 blocking)
     u64 *slot = sys_g.lookup(&pid);  /* NULL for NO_P or an id beyond the array */
     if (slot)
         *slot = goid;
+    gm_count_windowed(GM_C_SYS_ENTER, pid, blocking ? 1 : 0, 1);  /* blocking: a cold site */
     gm_emit(GM_SYSCALL_ENTER, pid, gm_tid(), goid, blocking, 0);
     return 0;
 }
@@ -502,17 +525,21 @@ static __always_inline int on_sysenter(struct pt_regs *ctx)
 static __always_inline int on_sysexit(struct pt_regs *ctx)
 {
     u64 goid = gm_goid(ctx->r14);
-    gm_emit(GM_SYSCALL_EXIT, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 0, 0);
+    s32 pid = gm_pid(rd64(gm_m(ctx) + M_P));
+    gm_count_windowed(GM_C_SYS_EXIT, pid, 0, 1);
+    gm_emit(GM_SYSCALL_EXIT, pid, gm_tid(), goid, 0, 0);
     return 0;
 }
 
 /* A G made runnable by a yield on g0 (RAX = gp): its latency starts now, and GM_PREEMPTED
- * says how (a0: 1 a preemption, 0 runtime.Gosched). Shared by the three handlers below. */
-static __always_inline int gm_yielded(struct pt_regs *ctx, u64 preempted)
+ * says how (a0: 1 a preemption, 0 runtime.Gosched; `how`: GM_YIELD_*, counted in
+ * GM_C_YIELD). Shared by the three handlers below. */
+static __always_inline int gm_yielded(struct pt_regs *ctx, u64 preempted, u32 how)
 {
     u64 now = bpf_ktime_get_ns();
     u64 goid = gm_goid(ctx->ax);
     gm_mark_runnable(goid, now);
+    gm_count_windowed(GM_C_YIELD, NO_P, how, 1);
     gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, preempted, 0);
     return 0;
 }
@@ -521,7 +548,8 @@ static __always_inline int gm_yielded(struct pt_regs *ctx, u64 preempted)
  * (asyncPreempt2 / newstack via gopreempt_m), 0 for runtime.Gosched. The G becomes runnable. */
 static __always_inline int on_gosched(struct pt_regs *ctx)
 {
-    return gm_yielded(ctx, ctx->bx & 0xff);
+    u64 preempted = ctx->bx & 0xff;
+    return gm_yielded(ctx, preempted, preempted ? GM_YIELD_PREEMPT : GM_YIELD_GOSCHED);
 }
 
 /* runtime.gosched_m(gp *g) (<=1.21; 1.22+ is seen at goschedImpl with BL=0), on g0, reached
@@ -529,7 +557,7 @@ static __always_inline int on_gosched(struct pt_regs *ctx)
  * runnable (goschedImpl: _Grunning -> _Grunnable, global runq). */
 static __always_inline int on_gosched_m(struct pt_regs *ctx)
 {
-    return gm_yielded(ctx, 0);
+    return gm_yielded(ctx, 0, GM_YIELD_GOSCHED);
 }
 
 /* runtime.goyield_m(gp *g) (all versions), on g0 by mcall (RAX = gp): semrelease handed the
@@ -537,7 +565,7 @@ static __always_inline int on_gosched_m(struct pt_regs *ctx)
  * trace calls it a preemption (GoPreempt): a0 = 1. */
 static __always_inline int on_goyield(struct pt_regs *ctx)
 {
-    return gm_yielded(ctx, 1);
+    return gm_yielded(ctx, 1, GM_YIELD_HANDOFF);
 }
 
 /* runqsteal(pp, p2 *p, stealRunNextG bool) *g, entry, on g0: RAX=thief P, RBX=victim P.
@@ -563,10 +591,10 @@ static __always_inline int on_steal_got(struct pt_regs *ctx)
     steal_try.delete(&tid);
     u32 n = (u32)ctx->ax;
     u32 key = ((u32)(thief & 0xffff) << 16) | (u32)(victim & 0xffff);
-    gm_count(GM_C_STEAL_ATTEMPT, NO_P, key, 1);
+    gm_count_windowed(GM_C_STEAL_ATTEMPT, NO_P, key, 1);
     if (n) {
-        gm_count(GM_C_STEAL_OK, NO_P, key, 1);
-        gm_count(GM_C_STEAL_GS, NO_P, key, n);
+        gm_count_windowed(GM_C_STEAL_OK, NO_P, key, 1);
+        gm_count_windowed(GM_C_STEAL_GS, NO_P, key, n);
         gm_emit(GM_STEAL, thief, tid, 0, (u64)(s64)victim, n);
     }
     return 0;
@@ -597,6 +625,7 @@ static __always_inline int on_handoffp(struct pt_regs *ctx)
     u64 *g = sys_g.lookup(&pid);
     if (g)
         goid = *g;
+    gm_count(GM_C_HANDOFF, pid, 0, 1);
     gm_emit(GM_HANDOFF, pid, gm_tid(), goid, gm_runqlen(ctx->ax), gm_globrunq());
     return 0;
 }
@@ -614,6 +643,7 @@ static __always_inline int on_preemptone(struct pt_regs *ctx)
 {
     u64 pp = ctx->ax;
     u64 goid = gm_goid(rd64(rd64(pp + P_M) + M_CURG));
+    gm_count(GM_C_PREEMPT_REQ, NO_P, 0, 1);
     gm_emit(GM_PREEMPT_REQ, gm_pid(pp), gm_tid(), goid, 0, 0);
     return 0;
 }
@@ -625,6 +655,7 @@ static __always_inline int on_gopreempt(struct pt_regs *ctx)
     u64 now = bpf_ktime_get_ns();
     u64 goid = gm_goid(ctx->ax);
     gm_mark_runnable(goid, now);
+    gm_count_windowed(GM_C_YIELD, NO_P, GM_YIELD_PREEMPT, 1);  /* cold: see cfg[1] */
     gm_emit_at(now, GM_PREEMPTED, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), goid, 1, 0);
     return 0;
 }
@@ -658,6 +689,8 @@ static __always_inline int on_stw_start(struct pt_regs *ctx)
         reason = s->reason;
         pause = now - s->ts;
         s->ts = 0;
+        gm_count(GM_C_STW, NO_P, reason, 1);
+        gm_count(GM_C_STW_NS, NO_P, reason, pause);
     }
     gm_emit(GM_STW_END, gm_pid(rd64(gm_m(ctx) + M_P)), gm_tid(), 0, reason, pause);
     return 0;

@@ -52,6 +52,23 @@ struct gm_event {
 #define GM_C_PARK_WAIT_NS   6
 #define GM_C_PROBE_HITS     7   /* filled by user space from the `hits` array */
 #define GM_C_RING           8   /* filled by user space from `emits`, `lost`, `ctr_full` and its reader */
+/* Every total the model shows, counted where the handler emits its record, so that a record
+ * the ring refused or the reader thinned never changes a total (gmpmon/model/counts.py). */
+#define GM_C_GO_START       9   /* p = P of the execute; key 0 */
+#define GM_C_GO_CREATE     20   /* p = NO_P; key 0 */
+#define GM_C_GO_EXIT       21   /* p = NO_P; key 0 */
+#define GM_C_SYS_ENTER     22   /* p = P; key 1 entersyscallblock, 0 entersyscall */
+#define GM_C_SYS_EXIT      23   /* p = P held at exitsyscall (NO_P: none) */
+#define GM_C_HANDOFF       24   /* p = the P handed off; key 0 */
+#define GM_C_YIELD         25   /* p = NO_P; key = GM_YIELD_* */
+#define GM_C_PREEMPT_REQ   26   /* p = NO_P; key 0 */
+#define GM_C_STW           27   /* p = NO_P; key = stw reason: pauses */
+#define GM_C_STW_NS        28   /* p = NO_P; key = stw reason: ns, stop entry -> restarted */
+
+/* GM_C_YIELD keys: how a G gave up its P and stayed runnable (gmpmon.events.YIELD_*). */
+#define GM_YIELD_GOSCHED   0   /* runtime.Gosched (gosched_m, goschedImpl BL=0) */
+#define GM_YIELD_PREEMPT   1   /* a preemption (goschedImpl BL=1, gopreempt_m) */
+#define GM_YIELD_HANDOFF   2   /* goyield_m: semrelease handed the semaphore on */
 
 /* gmpmon.events.LockKind */
 #define GM_LOCK_MUTEX 1

@@ -63,8 +63,9 @@ class TraceFacts:
     moved_created: int = 0  # moved starts of new goroutines (queued on their creator's P)
     p_running_ns: Counter[int] = field(default_factory=Counter)  # P id -> ns held by an M
     p_running: list[tuple[int, int, int]] = field(default_factory=list)  # (P, begin, end)
-    # (time, what) of each start, creation, syscall, park ("park:<reason>") and Running->
-    # Runnable ("yield:<reason>"): to count them within spans (default mode's windows)
+    # (time, what) of each start, creation, syscall, park ("park:<reason>"), Running->
+    # Runnable ("yield:<reason>"), move ("moved"), sysmon retake ("retake") and syscall left
+    # without its P ("lost-p"): to count them within spans (default mode's windows)
     timeline: list[tuple[int, str]] = field(default_factory=list)
 
     def counts_within(self, spans: list[tuple[int, int]]) -> Counter[str]:
@@ -137,6 +138,7 @@ def parse_trace(path: Path) -> TraceFacts:
                     elif (pnew == "Idle" and pold == "Running" and h.group(2) == "-1"
                           and h.group(3) == "-1"):
                         facts.sysmon_steals += 1
+                        facts.timeline.append((ts, "retake"))
                     if pnew == "Running" and pid not in p_since:
                         p_since[pid] = ts
                     elif pnew != "Running" and pid in p_since:
@@ -159,6 +161,7 @@ def parse_trace(path: Path) -> TraceFacts:
                         facts.timeline.append((ts, "yield:" + reason))
                     elif old == "Syscall":
                         facts.syscall_lost_p += 1
+                        facts.timeline.append((ts, "lost-p"))
                         if goid in in_syscall:
                             facts.lost_p_spans.append((in_syscall.pop(goid), ts))
                 elif new == "Syscall" and old == "Running":
@@ -175,6 +178,7 @@ def parse_trace(path: Path) -> TraceFacts:
                     made_on = runnable_p.pop(goid, -1)
                     if made_on >= 0 and made_on != on_p:
                         facts.moved += 1
+                        facts.timeline.append((ts, "moved"))
                         if was is not None and was[0] == "NotExist":
                             facts.moved_created += 1
                 elif new == "Waiting" and old == "Running":

@@ -41,7 +41,8 @@ from gmpmon.probetable import CALL, CALL_RESULT, ENTRY, HANDLERS, LAST_CALL, PRO
 _libc = ct.CDLL(None, use_errno=True)
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probes"
 RINGBUF_PAGES = 4096  # 16 MiB: ~300k records, ~300 ms of the hottest target at full rate
-COUNTERS_MAX = 16384  # keys of the `counters` hash (64 Ps x 256 latency buckets fill it)
+COUNTERS_MAX = 20480  # keys of the `counters` hash: 64 Ps x 256 latency buckets, plus the
+# per-P totals (starts, syscalls, hand-offs: ~5 keys a P) and the per-reason ones
 
 
 def counters_max() -> int:
@@ -323,9 +324,16 @@ class BpfProgram:
         self.bpf[b"runq_addr"][ct.c_int(0)] = ct.c_uint64(addr + bias if addr else 0)
 
     def new_window(self) -> None:
-        """Bump the generation the hot probes stamp their timestamps with."""
+        """Bump the generation the hot probes stamp their timestamps with; the hot probes are
+        about to be attached (set_hot_off(False))."""
         self.gen += 1
         self.bpf[b"cfg"][ct.c_int(0)] = ct.c_uint32(self.gen)
+        self.set_hot_off(False)
+
+    def set_hot_off(self, off: bool) -> None:
+        """cfg[1]: the hot probes are detached between default mode's windows, and the cold
+        handlers of window-only kinds stop counting (probes/gmpmon.bpf.c: gm_count_windowed)."""
+        self.bpf[b"cfg"][ct.c_int(1)] = ct.c_uint32(int(off))
 
     def close(self) -> None:
         for group in list(self._groups):

@@ -192,6 +192,7 @@ class Capture:
             return
         self.prog = BpfProgram(self.info, self.pid, self.plan)
         self.prog.set_load_bias(self.info.load_bias)
+        self.prog.set_hot_off(self.mode == "default")  # till a window: gm_count_windowed
         self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
         # Everything is compiled before anything is attached: a compile (seconds on a cache
         # miss) between the probes' first records and the sampler's first P states starts
@@ -415,7 +416,8 @@ class Capture:
             self._poll_runtime(t0)
             if t0 >= next_counters:
                 self.stats.cpu_s = time.thread_time() - cpu0  # a syscall: not every poll
-                self._read_counters(t0)
+                # stamped when read: the ring read since t0 takes ms under load
+                self._read_counters(time.monotonic_ns())
                 # Many Ps make the counter map big (per-P latency buckets, the steal matrix):
                 # reading it may not take more than a tenth of the reader's time.
                 next_counters = t0 + max(self.counter_ns, 10 * (time.monotonic_ns() - t0))
@@ -475,7 +477,7 @@ class Capture:
 
     def _hot_attach(self) -> None:
         assert self.prog is not None
-        self.prog.new_window()
+        self.prog.new_window()  # and window-only kinds count again
         self.prog.attach("hot", self.plan.hot)
         self._hot_on = True
         self.stats.windows += 1
@@ -484,6 +486,7 @@ class Capture:
     def _hot_detach(self) -> None:
         assert self.prog is not None
         self._emit_window(0)
+        self.prog.set_hot_off(True)
         self.prog.detach("hot")
         self._hot_on = False
 

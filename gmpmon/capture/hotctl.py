@@ -207,6 +207,7 @@ class Controller:
         self.debug(f"open {window_ns / 1e6:.1f}ms")
         self.gen += 1
         bpfsys.array_set_u32(self.cfg.cfg_fd, 0, self.gen)
+        bpfsys.array_set_u32(self.cfg.cfg_fd, 1, 0)  # window-only kinds count (gmpmon.bpf.c)
         self._open_totals = self._totals()
         self._hot_at_open = sum(self._open_totals[i] for i in self.cfg.hot_ids)  # before the
         # link: its way in is hit too
@@ -285,6 +286,7 @@ class Controller:
             self.overstays += 1
         self.worst_overstay = max(self.worst_overstay, over)
         self.say(f"W 0 {now} {over}")
+        bpfsys.array_set_u32(self.cfg.cfg_fd, 1, 1)
         at, hits_at = self._linked
         inside = (self._hot_total() - hits_at, (now - at) * 1e-9)  # before the way out
         # The kernel removes the sites first, then waits for RCU (~30 ms, up to 1 s on a

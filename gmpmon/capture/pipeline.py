@@ -17,16 +17,26 @@ summary counts them where they were dropped.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 
 from gmpmon.events import Batch, EventTuple, Kind, Stage
 
 MAX_QUEUED_EVENTS = 250_000
+
+
+def max_queued_events() -> int:
+    """The queue's bound; GMPMON_MAX_QUEUED_EVENTS makes it smaller, so that a test can make
+    the reader thin records on a real capture (tests/integration/test_busy_oracle.py)."""
+    v = os.environ.get("GMPMON_MAX_QUEUED_EVENTS", "")
+    return int(v) if v.isdigit() and 0 < int(v) <= MAX_QUEUED_EVENTS else MAX_QUEUED_EVENTS
+
 MAX_QUEUED_BATCHES = 4096  # ~40 s of 10-ms polls: the event bound comes first
 
 # Per-event records that only rebuild state and timelines (dropping them loses detail, never
-# a total): the hot probes' and the sampler's.
+# a total: every total has an in-kernel counter, gmpmon/model/counts.py): the hot probes' and
+# the sampler's.
 DROPPABLE = frozenset(int(k) for k in (
     Kind.EXECUTE, Kind.FIND_RUNNABLE, Kind.PARK, Kind.READY, Kind.GO_CREATE, Kind.GO_EXIT,
     Kind.SYSCALL_ENTER, Kind.SYSCALL_EXIT, Kind.PREEMPTED, Kind.STEAL, Kind.P_IDLE,
@@ -60,8 +70,8 @@ class BatchQueue:
     events; ``put`` does not wait for a slow consumer (only past MAX_QUEUED_BATCHES tiny
     batches, which the event bound makes unreachable in practice)."""
 
-    def __init__(self, max_events: int = MAX_QUEUED_EVENTS) -> None:
-        self.max_events = max_events
+    def __init__(self, max_events: int | None = None) -> None:
+        self.max_events = max_queued_events() if max_events is None else max_events
         self._q: queue.Queue[Batch | None] = queue.Queue(maxsize=MAX_QUEUED_BATCHES)
         self._lock = threading.Lock()
         self.queued = 0  # events in the queue now

@@ -22,6 +22,7 @@ from gmpmon.model.kernel import long_run_ns
 from gmpmon.model.kernelview import KernelView
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, Snapshot
+from gmpmon.thinning import thinning
 
 SCHEMA_VERSION = 3
 WAIT_STACKS_TOP = 20  # census.wait_stacks: the largest groups
@@ -81,6 +82,7 @@ def _cost(snap: Snapshot) -> dict[str, Any] | None:
 
 def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
     """The versioned --summary-json document. Same Snapshot -> same dict (sorted, no clock)."""
+    thin = thinning(snap)
     return {
         "schema_version": SCHEMA_VERSION,
         "target": {
@@ -90,12 +92,17 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
             "gomaxprocs": snap.gomaxprocs,
         },
         "mode": snap.mode,
-        "window": snap.window,
+        # "exact" only when it is: full mode with per-event records thinned says "thinned"
+        "window": "thinned" if snap.window == "exact" and thin.thinned else snap.window,
         "windows": {"count": snap.windows, "covered_ns": snap.windows_covered_ns},
         "cost": _cost(snap),
         "duration_s": round(max(0, snap.now - snap.start) / 1e9, 6),
         "events": {"total": snap.events_total, "lost": snap.events_lost, "late": snap.late_events,
-                   "dropped": dict(snap.dropped), "ring": dict(snap.ring)},
+                   "dropped": dict(snap.dropped), "ring": dict(snap.ring),
+                   "thinned": {"records": thin.missed, "of": thin.written,
+                               "since_s": None if thin.since_s is None
+                               else round(thin.since_s, 3),
+                               "counts": "counters" if thin.counts_whole else "events"}},
         "illegal_transitions": snap.illegal_transitions,
         "procs": [
             {

@@ -141,6 +141,7 @@ class Model:
         self._rate: deque[tuple[int, int]] = deque()  # (ts, events_total) per applied chunk
         self.events_total = 0
         self.events_lost = 0
+        self.first_lost_ts = -1  # the first LOST record (the ring refused records)
         self.late_events = 0
 
         # What the findings rules need that the Snapshot does not keep (model/evidence.py):
@@ -274,6 +275,8 @@ class Model:
 
     def _on_lost(self, e: EventTuple) -> None:
         self.events_lost += e[5]
+        if self.first_lost_ts < 0:
+            self.first_lost_ts = e[0]
         self._reset(e[0])
 
     def _on_window(self, e: EventTuple) -> None:

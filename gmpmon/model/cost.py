@@ -32,6 +32,7 @@ class CostTracker(Part):
     def __init__(self, ctx: Context | None = None) -> None:
         self.last: EventTuple | None = None
         self.dropped: dict[int, int] = {}  # Stage -> records
+        self.first_drop_ts = -1
         self.triggers: list[tuple[int, int]] = []  # (ts, --trigger index) of TRIGGER events
 
     def on_trigger(self, e: EventTuple) -> None:
@@ -39,6 +40,8 @@ class CostTracker(Part):
             self.triggers.append((e[0], e[4]))
 
     def on_drop(self, e: EventTuple) -> None:
+        if self.first_drop_ts < 0:
+            self.first_drop_ts = e[0]
         self.dropped[e[6]] = self.dropped.get(e[6], 0) + e[5]
 
     def dropped_by_stage(self) -> dict[str, int]:

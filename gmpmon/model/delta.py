@@ -150,6 +150,7 @@ def since(cur: Snapshot, base: Snapshot | None) -> Snapshot:
                           st.goroutines - bst.goroutines, matrix),
         syscalls=cur.syscalls - base.syscalls,
         syscalls_blocking=cur.syscalls_blocking - base.syscalls_blocking,
+        syscall_exits=cur.syscall_exits - base.syscall_exits,
         handoffs=cur.handoffs - base.handoffs,
         preempt_requested=cur.preempt_requested - base.preempt_requested,
         preempted=cur.preempted - base.preempted,

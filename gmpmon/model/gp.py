@@ -58,6 +58,7 @@ class P:
         "runq",
         "since",
         "span_views",
+        "starts_counter",
         "state",
         "timeline",
         "times",
@@ -73,6 +74,7 @@ class P:
         self.runq = 0
         self.times = [0] * 6  # ns per PState
         self.executes = 0
+        self.starts_counter = 0  # COUNTER GO_START (the Sched's ``starts`` Counted says which)
         self.timeline: deque[tuple[int, int, int, int]] = deque(maxlen=max_spans)
         self.span_views: deque[Span] = deque()  # the snapshot's Spans of it (model/view.py)
         # The latency part's per-P histograms (kept here: one attribute, no lookup, per hit)

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
-from gmpmon.events import LAT_BUCKETS, NO_G, U64_MAX, EventTuple, Kind
+from gmpmon.events import LAT_BUCKETS, NO_G, U64_MAX, Counter, EventTuple, Kind
 from gmpmon.model.evidence import LONG_RUN_NS, FindingsTracker
 from gmpmon.model.gp import G, P
 from gmpmon.model.latency import Latency
@@ -55,6 +56,7 @@ from gmpmon.model.part import (
     WAKE_PREEMPTED,
     WAKE_SYSCALL,
     Context,
+    Counted,
     Handler,
     Part,
     View,
@@ -101,6 +103,10 @@ class Sched(Part):
         self._lat_samples = findings.latency_samples
         self._park_count = parks.count.events
         self._park_wait = parks.wait.events
+        # Goroutine starts: per P, pp.executes (events) or pp.starts_counter (the kernel's
+        # GO_START); this Counted only says which (its own sides stay empty).
+        self.starts: Counted[None] = Counted("goroutine_starts", Counter.GO_START,
+                                             lambda: None)
         self.procs: dict[int, P] = {}
         self.gs: dict[int, G] = {}
         self.sites: dict[int, int] = {}  # goid -> go site (CENSUS_G), bounded as gs is
@@ -122,6 +128,17 @@ class Sched(Part):
         self.void_p = P(-1, 0, 1)
         for pid in range(min(max(ctx.header.gomaxprocs, 0), MAX_PROCS)):
             self.procs[pid] = P(pid, 0, max_spans)
+
+    def counters(self) -> Iterable[tuple[int, Handler]]:
+        return ((Counter.GO_START, self.on_start_counter),)
+
+    def on_start_counter(self, e: EventTuple) -> None:
+        self.starts.seen = True
+        if e[2] >= 0:
+            self.proc(e[2], e[0]).starts_counter += e[6]
+
+    def sources(self) -> Iterable[Counted[Any]]:
+        return (self.starts,)
 
     def handlers(self) -> Iterable[tuple[int, Handler]]:
         return (

@@ -159,6 +159,7 @@ class Snapshot:
     # default mode: the last duty-cycle windows (start, end), the open one ending at now
     window_spans: tuple[tuple[int, int], ...] = ()
     gosched: int = 0  # voluntary runtime.Gosched (PREEMPTED with a0=0)
+    syscall_exits: int = 0  # exitsyscall entries
     late_events: int = 0  # events older than ones already applied (beyond the reorder window)
     unseen_wakes: int = 0  # parked Gs that ran with no READY/WAKE seen
     stw_reasons: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (count, ns)
@@ -178,6 +179,7 @@ class Snapshot:
     gc: GcView | None = None
     cost: CostSummary | None = None  # default mode's budget controller (COST events)
     dropped: dict[str, int] = field(default_factory=dict)  # user-space drops by stage (DROP)
+    thinned_since: int = -1  # ts of the first record the model missed (LOST or DROP), -1 none
     triggers: tuple[tuple[int, int], ...] = ()  # (ts, --trigger index) of each trigger fired
     # The findings engine (gmpmon.findings): most severe first; see docs/findings.md.
     findings: tuple[Finding, ...] = ()

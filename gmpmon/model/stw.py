@@ -3,15 +3,18 @@
 A pause is STW_START (stopTheWorldWithSema entry) to STW_END (the Ps handed back in
 startTheWorldWithSema); STW_END carries the kernel-measured length when it saw the start.
 The state machine puts the Ps in GCSTOP meanwhile (gmpmon.model.sched).
+Count and total by reason are a Counted: the kernel's STW / STW_NS tables (the same pauses,
+counted by the STW_END handler) once seen; the longest pause and the spans are the events'.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
-from gmpmon.events import EventTuple, Kind
-from gmpmon.model.part import Context, Handler, Part, View, add_row
+from gmpmon.events import Counter, EventTuple, Kind
+from gmpmon.model.part import Context, Counted, Handler, Part, View, add_row
 
 
 class Stw(Part):
@@ -20,14 +23,25 @@ class Stw(Part):
         self.window_ns = ctx.window_ns
         self.start = -1
         self.reason = 0
-        self.count = 0
-        self.total_ns = 0
         self.max_ns = 0
         self.spans: deque[tuple[int, int]] = deque()
         self.by_reason: dict[int, list[int]] = {}
+        # reason -> [count, ns] from the kernel's STW / STW_NS (the events' is by_reason)
+        self.kernel: Counted[dict[int, list[int]]] = Counted("stw", Counter.STW, dict)
 
     def handlers(self) -> Iterable[tuple[int, Handler]]:
         return ((Kind.STW_START, self.on_start), (Kind.STW_END, self.on_end))
+
+    def counters(self) -> Iterable[tuple[int, Handler]]:
+        return ((Counter.STW, self.on_counter), (Counter.STW_NS, self.on_counter))
+
+    def on_counter(self, e: EventTuple) -> None:
+        self.kernel.seen = True
+        add_row(self.kernel.kernel, e[5], e[6] if e[4] == Counter.STW else 0,
+                e[6] if e[4] == Counter.STW_NS else 0)
+
+    def sources(self) -> Iterable[Counted[Any]]:
+        return (self.kernel,)
 
     def on_start(self, e: EventTuple) -> None:
         if self.start >= 0:
@@ -46,8 +60,6 @@ class Stw(Part):
         else:
             reason = self.reason or a0
         pause = a1 if a1 else ts - start
-        self.count += 1
-        self.total_ns += pause
         if pause > self.max_ns:
             self.max_ns = pause
         add_row(self.by_reason, reason, 1, pause)
@@ -67,12 +79,13 @@ class Stw(Part):
         spans = tuple(s for s in self.spans if s[1] >= at.cutoff)
         if self.start >= 0:
             spans += ((self.start, at.now),)
+        rows = self.kernel.kernel if self.kernel.seen else self.by_reason
         return {
-            "stw_count": self.count,
-            "stw_total_ns": self.total_ns,
+            "stw_count": sum(v[0] for v in rows.values()),
+            "stw_total_ns": sum(v[1] for v in rows.values()),
             "stw_max_ns": self.max_ns,
             "stw_spans": spans,
             "stw_reasons": {
-                self.reason_name(k): (v[0], v[1]) for k, v in sorted(self.by_reason.items())
+                self.reason_name(k): (v[0], v[1]) for k, v in sorted(rows.items())
             },
         }

@@ -9,6 +9,7 @@ import itertools
 from typing import Any, Protocol
 
 from gmpmon.events import Header
+from gmpmon.model.cost import CostTracker
 from gmpmon.model.gp import G, P
 from gmpmon.model.latency import Latency
 from gmpmon.model.legal import (
@@ -36,6 +37,8 @@ class Modelled(Protocol):
     sched: Sched
     latency: Latency
     steals: Steals
+    cost: CostTracker
+    first_lost_ts: int
     window_ns: int
     snapshot_spans: int
     goroutine_view: int
@@ -73,6 +76,8 @@ def build(model: Modelled, light: bool = False) -> Snapshot:
     fields["procs"] = procs(model, at)
     fields["goroutines"] = goroutines(model)
     fields["sources"] = {c.name: c.source for part in model.parts for c in part.sources()}
+    missed = [t for t in (model.first_lost_ts, model.cost.first_drop_ts) if t >= 0]
+    fields["thinned_since"] = min(missed) if missed else -1
     hdr = model.header
     return Snapshot(
         now=now,
@@ -103,6 +108,7 @@ def procs(model: Modelled, at: View) -> tuple[ProcView, ...]:
         steals_in[thief] = steals_in.get(thief, 0) + gs
         steals_out[victim] = steals_out.get(victim, 0) + gs
     now, keep = at.now, model.snapshot_spans - 1
+    kernel_starts = sched.starts.seen
     out = []
     for pid in sorted(sched.procs):
         pp = sched.procs[pid]
@@ -124,7 +130,7 @@ def procs(model: Modelled, at: View) -> tuple[ProcView, ...]:
                 searching_ns=times[P_SEARCHING],
                 syscall_ns=times[P_SYSCALL],
                 gcstop_ns=times[P_GCSTOP],
-                executes=pp.executes,
+                executes=pp.starts_counter if kernel_starts else pp.executes,
                 steals_in=steals_in.get(pid, 0),
                 steals_out=steals_out.get(pid, 0),
                 latency=latency.of_p(pp),

@@ -17,7 +17,18 @@ import pytest
 
 from gmpmon import probetable
 from gmpmon.capture.bpfprog import decode_counter_key
-from gmpmon.events import KIND_RANGES, LAT_SUB, LOST_IN_BAND, Counter, Kind, LockKind, lat_bucket
+from gmpmon.events import (
+    KIND_RANGES,
+    LAT_SUB,
+    LOST_IN_BAND,
+    YIELD_GOSCHED,
+    YIELD_HANDOFF,
+    YIELD_PREEMPT,
+    Counter,
+    Kind,
+    LockKind,
+    lat_bucket,
+)
 from gmpmon.probetable import PROBES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +40,8 @@ def defines(prefix: str) -> dict[str, int]:
     """#define <prefix>NAME <int> in gmpmon.h."""
     return {
         m[1]: int(m[2])
-        for m in re.finditer(rf"^#define {prefix}([A-Z0-9_]+)\s+(\d+)\s*$", HEADER, re.M)
+        for m in re.finditer(rf"^#define {prefix}([A-Z0-9_]+)\s+(\d+)\s*(?:/\*.*\*/)?\s*$",
+                             HEADER, re.M)
     }
 
 
@@ -86,7 +98,7 @@ def test_every_handler_emits_the_kinds_its_row_says() -> None:
 
 
 def test_header_kinds_are_events_kind() -> None:
-    kinds = {k: v for k, v in defines("GM_").items() if not k.startswith(("C_", "LOCK_"))}
+    kinds = {k: v for k, v in defines("GM_").items() if not k.startswith(("C_", "LOCK_", "YIELD_"))}
     kinds.pop("LAT_SUB")
     # every probe-range kind, plus those of other ranges that probes emit (WAKE)
     probe_kinds = {k.name: k.value for k in Kind if k.value in KIND_RANGES["probe"]}
@@ -102,7 +114,12 @@ def test_header_kinds_are_events_kind() -> None:
 def test_header_counters_and_lock_kinds_are_the_python_enums() -> None:
     counters = defines("GM_C_")
     assert counters and all(Counter[k].value == v for k, v in counters.items())
-    assert set(re.findall(r"gm_count\(\s*GM_C_([A-Z_]+)", BPF_C)) <= set(counters)
+    assert set(re.findall(r"gm_count(?:_windowed)?\(\s*GM_C_([A-Z_]+)", BPF_C)) <= set(counters)
+    # the kernel's totals (issue 30): every one the model shows has its table
+    assert {"GO_START", "GO_CREATE", "GO_EXIT", "SYS_ENTER", "SYS_EXIT", "HANDOFF", "YIELD",
+            "PREEMPT_REQ", "STW", "STW_NS"} <= set(counters)
+    assert defines("GM_YIELD_") == {"GOSCHED": YIELD_GOSCHED, "PREEMPT": YIELD_PREEMPT,
+                                    "HANDOFF": YIELD_HANDOFF}
     assert defines("GM_LOCK_") == {k.name: k.value for k in LockKind}
     m = re.search(r"^#define GM_LAT_SUB (\d+)$", HEADER, re.M)
     assert m is not None and int(m[1]) == LAT_SUB

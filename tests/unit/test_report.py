@@ -94,8 +94,10 @@ def test_summary_schema_and_numbers() -> None:
     assert set(doc) == SCHEMA_KEYS
     json.dumps(doc)  # serialisable as is
     assert doc["target"]["pid"] == 42 and doc["target"]["gomaxprocs"] == 4
+    # nothing thinned; its counts are the per-event records' (no COUNTER in this run)
     assert doc["events"] == {"total": s.events_total, "lost": 0, "late": 0, "dropped": {},
-                             "ring": {}}
+                             "ring": {}, "thinned": {"records": 0, "of": s.events_total,
+                                                     "since_s": None, "counts": "events"}}
     assert [p["id"] for p in doc["procs"]] == [0, 1, 2, 3]
     assert sum(p["executes"] for p in doc["procs"]) == 400
     assert set(doc["procs"][0]) >= {

@@ -10,6 +10,7 @@ from textual.widget import Widget
 
 from gmpmon.events import Header
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.thinning import fidelity, fmt_k, thinning
 from gmpmon.tui.census import goroutine_count
 from gmpmon.tui.measure import coverage, hot_count, pct
 from gmpmon.tui.render import fmt_count, fmt_ns, uptime_ns
@@ -57,6 +58,11 @@ class StatusHeader(Widget):
             second.append(f"{fmt_count(snap.event_rate)} ev/s  ")
             lost = f"lost {fmt_count(snap.events_lost)}"
             second.append(lost, style="bold white on #da3633" if snap.events_lost else "")
+            thin = thinning(snap)
+            if thin.thinned:
+                # what thinning took, and that the counts are still whole ("exact" only then)
+                second.append(f"  {fidelity(snap, thin)} {fmt_k(thin.missed)}/"
+                              f"{fmt_k(thin.written)}", style="bold #d29922")
             cov = coverage(snap)
             # The runtime's own count (gcount, trap-free, every mode) when it was read.
             from_runtime = goroutine_count(snap.runtime)
