@@ -44,20 +44,12 @@ def _lat(ls: LatencyStats, *, histogram: bool = True, sum_key: str = "sum") -> d
     return d
 
 
-# Summary blocks filled by uprobes (hot ones only inside windows in default mode, not at all
-# in sample mode; the cold ones - STW, handoff, preemption requests - always).
-_PROBE_BLOCKS = (
-    "steals", "park_reasons", "sched_latency_ns", "sched_latency_by_reason_ns", "syscalls",
-    "preemptions", "goroutines", "mutex", "waits_by_kind", "waits_top",
-)
-
-
 # Summary block -> the quantity whose source the block's numbers follow (schema v4).
 _BLOCK_QUANTITY = {
     "steals": "steals", "park_reasons": "parks", "sched_latency_ns": "sched_latency",
     "sched_latency_by_reason_ns": "parks", "syscalls": "syscalls", "preemptions": "preempted",
-    "goroutines": "goroutines_live", "mutex": "mutex_waits", "waits_by_kind": "parks",
-    "waits_top": "parks", "procs": "p_running_ns", "gc_stw": "stw",
+    "goroutines": "goroutines_live", "mutex": "mutex_waits", "procs": "p_running_ns",
+    "gc_stw": "stw",
 }
 
 
@@ -69,6 +61,10 @@ def block_sources(snap: Snapshot, qs: dict[str, Measured | None] | None = None) 
     for block, name in _BLOCK_QUANTITY.items():
         m = qs[name]
         out[block] = m.source if m is not None else "not measured"
+    # sync.Mutex waits come from the cold lockSlow probe; the semaphore waits from hot ones.
+    waits = out["park_reasons"] if qs["parks"] is not None else (
+        f"{out['mutex']} (sync.Mutex only)" if qs["mutex_waits"] is not None else "not measured")
+    out["waits_by_kind"] = out["waits_top"] = waits
     if snap.runtime is not None:
         out["runtime"] = snap.runtime.source
         if snap.runtime.census is not None:

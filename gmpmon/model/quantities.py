@@ -111,8 +111,9 @@ def _rt(snap: Snapshot, f: RtFeature) -> RuntimeView | None:
 
 def _hot(read: Callable[[Snapshot], Any], *, counters: str = "") -> tuple[Source, Source]:
     """The two probe sources of a hot-probe quantity: full mode (exact) and default mode's
-    windows. ``counters``: the Snapshot.sources table that says when the kernel aggregated
-    it into buckets (then percentiles and max are bucket bounds)."""
+    windows. ``counters``: for a latency, the Snapshot.sources table that says when the
+    kernel aggregated it into buckets (then its max is a bucket bound too; counts of the
+    kernel's counters are exact counts)."""
 
     def full(snap: Snapshot) -> Measured | None:
         if not _has_probes(snap):
@@ -134,7 +135,7 @@ def _cold_source(read: Callable[[Snapshot], Any], why: str = "") -> Source:
     def f(snap: Snapshot) -> Measured | None:
         return Measured(read(snap), COLD, EXACT) if _cold(snap) else None
 
-    return Source(COLD, why or "every mode (cold probes are always attached)", f)
+    return Source(COLD, why or "every mode, cold probes are always attached", f)
 
 
 # ---------------------------------------------------------------- runtime and census readers
@@ -210,15 +211,18 @@ def _gc_cycles(snap: Snapshot) -> Measured | None:
     return None if snap.gc is None else Measured(snap.gc.cycles, "runtime memory", EXACT)
 
 
-def _p_running(snap: Snapshot) -> Measured | None:
-    value = {p.id: p.running_ns for p in snap.procs}
-    if snap.window == "exact":
-        return Measured(value, PROBES, EXACT)
-    if snap.window == "windows":
-        return Measured(value, WINDOWS, "probes in windows, 50 Hz status reads between")
-    if snap.window == "sampled" and any(value.values()):
-        return Measured(value, P_SAMPLES, "sampled")
-    return None
+def _p_running(window: str, source: str, coverage: str) -> Source:
+    """P running time from the P timeline: probes (full), probes in windows with 50 Hz
+    status reads between (default), the status reads alone (sample)."""
+
+    def read(snap: Snapshot) -> Measured | None:
+        value = {p.id: p.running_ns for p in snap.procs}
+        if snap.window != window or (window == "sampled" and not any(value.values())):
+            return None
+        return Measured(value, source, coverage)
+
+    when = {"exact": "full mode", "windows": "default mode", "sampled": "sample mode"}[window]
+    return Source(source, when, read)
 
 
 def _perf_running(snap: Snapshot) -> Measured | None:
@@ -239,52 +243,53 @@ def _q(name: str, meaning: str, *sources: Source) -> Quantity:
 QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     _q("sched_latency", "runnable -> running latency of goroutines",
        *_hot(lambda s: s.sched_latency, counters="sched_latency"),
-       Source(RT_HISTOGRAM, "every mode (sched.timeToRun)", _rt_latency)),
+       Source(RT_HISTOGRAM, "every mode, sched.timeToRun", _rt_latency)),
     _q("goroutines_live", "goroutines alive now, as runtime.NumGoroutine counts them "
        "(system goroutines apart)",
-       Source(RT_COUNTERS, "every mode (gcount)", _rt_goroutines),
-       Source(CENSUS, "every mode (walk of allgs)", _census_goroutines),
-       Source(PROBES, "full mode, without the runtime counters (older recordings)",
+       Source(RT_COUNTERS, "every mode, gcount", _rt_goroutines),
+       Source(CENSUS, "every mode, walk of allgs", _census_goroutines),
+       Source(PROBES, "full mode, when the runtime counters are missing (older recordings)",
               lambda s: Measured(s.goroutines_live, PROBES, "seen since attach, lower bound")
               if _has_probes(s) else None)),
     _q("goroutines_by_state", "user goroutines by state now",
-       Source(CENSUS, "every mode (walk of allgs)", _census_states)),
+       Source(CENSUS, "every mode, walk of allgs", _census_states)),
     _q("goroutines_created", "goroutines created since attach",
        *_hot(lambda s: s.goroutines_created)),
     _q("goroutines_exited", "goroutines that exited since attach",
        *_hot(lambda s: s.goroutines_exited)),
     _q("syscalls", "syscalls made by goroutines (entersyscall)",
        *_hot(lambda s: s.syscalls),
-       Source(RT_COUNTERS, "every mode (syscalltick)", _rt_syscalls),
+       Source(RT_COUNTERS, "every mode, syscalltick", _rt_syscalls),
        Source(TRACEPOINTS, "--kernel syscalls", _tp_syscalls)),
     _q("syscalls_blocking", "syscalls entered with entersyscallblock",
        _cold_source(lambda s: s.syscalls_blocking)),
     _q("handoffs", "Ps handed off (handoffp)", _cold_source(lambda s: s.handoffs)),
     _q("executes", "goroutines started on each P (execute)",
        *_hot(lambda s: {p.id: p.executes for p in s.procs}),
-       Source(RT_COUNTERS, "every mode (schedtick)", _rt_schedules)),
+       Source(RT_COUNTERS, "every mode, schedtick", _rt_schedules)),
     _q("p_running_ns", "time each P ran a goroutine",
-       Source(PROBES, "full and default mode", _p_running),
+       _p_running("exact", PROBES, EXACT),
+       _p_running("windows", WINDOWS, "probes in windows, 50 Hz status reads between"),
+       _p_running("sampled", P_SAMPLES, "sampled"),
        Source(PERF, "--kernel samples", _perf_running)),
     _q("steals", "goroutines stolen from other Ps' run queues",
-       *_hot(lambda s: s.steals.goroutines, counters="steal_goroutines")),
-    _q("parks", "parks (gopark) by wait reason", *_hot(lambda s: s.park_reasons,
-                                                       counters="park_count")),
+       *_hot(lambda s: s.steals.goroutines)),
+    _q("parks", "parks (gopark) by wait reason", *_hot(lambda s: s.park_reasons)),
     _q("preempt_requested", "preemption requests (preemptone)",
        _cold_source(lambda s: s.preempt_requested)),
     _q("preempted", "goroutines preempted", *_hot(lambda s: s.preempted),
-       Source(COLD, "every mode: gopreempt_m only", lambda s: Measured(
+       Source(COLD, "every mode, gopreempt_m only", lambda s: Measured(
            s.preempted, COLD, "gopreempt_m only, lower bound") if _cold(s) else None)),
     _q("gosched", "voluntary runtime.Gosched", *_hot(lambda s: s.gosched)),
     _q("stw", "stop-the-world pauses", _cold_source(lambda s: s.stw_count),
-       Source(RT_HISTOGRAM, "Go 1.22+ (stwTotalTimeGC)", _rt_stw)),
+       Source(RT_HISTOGRAM, "Go 1.22+, stwTotalTimeGC", _rt_stw)),
     _q("mutex_waits", "contended sync.Mutex waits (lockSlow)",
-       _cold_source(lambda s: s.mutex_contentions, "every mode (lockSlow is a cold probe)")),
+       _cold_source(lambda s: s.mutex_contentions, "every mode, lockSlow is a cold probe")),
     _q("mutex_wait_ns", "time goroutines waited for a sync.Mutex",
-       _cold_source(lambda s: s.mutex_wait_ns, "every mode (lockSlow is a cold probe)"),
-       Source(RT_COUNTERS, "Go 1.21+ (totalMutexWaitTime)", _rt_mutex_wait)),
+       _cold_source(lambda s: s.mutex_wait_ns, "every mode, lockSlow is a cold probe"),
+       Source(RT_COUNTERS, "Go 1.21+, totalMutexWaitTime", _rt_mutex_wait)),
     _q("gc_cycles", "GC cycles since attach",
-       Source("runtime memory", "every mode (memstats.numgc)", _gc_cycles)),
+       Source("runtime memory", "every mode, memstats.numgc", _gc_cycles)),
 )}
 
 
