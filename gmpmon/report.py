@@ -351,6 +351,11 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
     )
     lost = snap.events_lost - (prev.events_lost if prev else 0)
     lat99 = _interval_p99(snap.sched_latency, prev.sched_latency if prev else None)
+    rv = snap.runtime
+    if snap.window == "sampled" and rv is not None and rv.reads:  # no probe latency: the
+        before = prev.runtime.latency if prev is not None and prev.runtime else None  # runtime's
+        edges = bucket_bounds(720 if snap.go_version.startswith("go1.19") else 160)
+        lat99 = _interval_p99(rv.latency, before, edges)
     head = f"{t:7.1f}s "
     tail = (f" grq={snap.global_runq} | last {span:.1f}s: steal={_n(steals, snap)}"
             f" park={_n(parks, snap)}"
@@ -370,12 +375,15 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
 def interval_legend(interval_s: float, mode: str = "") -> str:
     """Said once above the interval lines: which numbers are now, which are recent."""
     counted = {"default": "\n(default mode: steal and park count inside the hot-probe windows)",
-               "sample": "\n(sample mode: steal and park are not measured: -)"}.get(mode, "")
+               "sample": "\n(sample mode: steal and park are not measured: -;\n p99 is the "
+                         "runtime's own histogram, a bucket bound)"}.get(mode, "")
     return (f"Each line: P states, run queues, grq now; steal park p99 lost: the last"
             f" {interval_s:g}s only.\nThe report at the end counts the whole capture." + counted)
 
 
-def _interval_p99(cur: LatencyStats, prev: LatencyStats | None) -> str:
+def _interval_p99(
+    cur: LatencyStats, prev: LatencyStats | None, edges: tuple[int, ...] | None = None
+) -> str:
     before = dict(prev.histogram) if prev else {}
     delta = [(lo, n - before.get(lo, 0)) for lo, n in cur.histogram]
     delta = [(lo, n) for lo, n in delta if n > 0]
@@ -387,7 +395,7 @@ def _interval_p99(cur: LatencyStats, prev: LatencyStats | None) -> str:
     for lo, n in delta:
         acc += n
         if acc >= rank:
-            return _q(lo, cur).replace(" ", "")
+            return _q(lo, cur, edges).replace(" ", "")
     return "-"
 
 
