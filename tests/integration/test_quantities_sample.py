@@ -75,6 +75,11 @@ def test_sample_mode_top_level_is_the_runtimes_own(tmp_path: Path, build: str) -
     dur_ns = doc["duration_s"] * 1e9
     assert 0 < running <= 2 * dur_ns * 1.05
     cpu = sum(p["cpu_ns"] for p in doc["kernel"]["cpu_by_p"]["procs"])
+    print(f"{build}: latency count {lat['count']} p50 {lat['p50']} (runtime block "
+          f"{rt['sched_latency_ns']['count']}, {rt['sched_latency_ns']['p50']}); goroutines "
+          f"{g['live']} (gcount {rt['goroutines']}, census {census['goroutines']}, NumGoroutine "
+          f"{numgoroutine}); syscalls {doc['syscalls']['count']}; P running {running / 1e9:.3f}"
+          f" s, perf cpu on Ps {cpu / 1e9:.3f} s")
     assert running >= 0.5 * cpu, (running, cpu)
 
     # No hot probe: steals, parks and per-P latency are not measured, never 0.
