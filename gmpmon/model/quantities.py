@@ -217,7 +217,12 @@ def _p_running(window: str, source: str, coverage: str) -> Source:
 
     def read(snap: Snapshot) -> Measured | None:
         value = {p.id: p.running_ns for p in snap.procs}
-        if snap.window != window or (window == "sampled" and not any(value.values())):
+        if snap.window != window:
+            return None
+        # Sampled: measured once any status was read (a P read idle ran for a measured 0).
+        if window == "sampled" and not any(
+                p.running_ns + p.idle_ns + p.searching_ns + p.syscall_ns + p.gcstop_ns
+                for p in snap.procs):
             return None
         return Measured(value, source, coverage)
 
