@@ -88,6 +88,13 @@ def _q(ns: int, ls: LatencyStats, edges: tuple[int, ...] | None = None) -> str:
     return f"≤ {fmt_ns(edge)}" if edge is not None else fmt_ns(ns)
 
 
+def _no_hot(snap: Snapshot) -> str:
+    """Why a hot-probe quantity was not measured."""
+    if snap.window == "windows":
+        return "no duty-cycle window opened"
+    return f"no hot probes in {snap.mode} mode"
+
+
 def _mv(m: Measured | None, fmt: str = "{}") -> str:
     """A quantity's value, or "-" when nothing measured it."""
     return DASH if m is None else fmt.format(m.value)
@@ -155,7 +162,7 @@ def text_report(snap: Snapshot, *, top: int = 5, width: int | None = WIDTH) -> s
     parks = qs["parks"]
     add(f"{'Top park reasons':<34} {'count':>10} {'total wait':>12} {'avg wait':>10}")
     if parks is None:
-        add(f"  ({NOT_MEASURED}: no hot probes in {snap.mode} mode)")
+        add(f"  ({NOT_MEASURED}: {_no_hot(snap)})")
     elif parks.source != "probes":
         add(f"  ({parks.describe()})")
     if parks is not None and not snap.park_reasons:
@@ -207,6 +214,10 @@ def _procs_lines(snap: Snapshot, qs: dict[str, Measured | None], w: int) -> list
         if states:
             share = (f"{_pct(p.running_ns, tot):>7} {_pct(p.searching_ns, tot):>7} "
                      f"{_pct(p.idle_ns, tot):>7} {_pct(p.syscall_ns, tot):>7}")
+        elif run is not None:  # perf samples: on-CPU time on the P, the other states unknown
+            dur = max(snap.now - snap.start, 1)
+            share = f"{_pct(run.value.get(p.id, 0), dur):>7} " + " ".join(
+                f"{DASH:>7}" for _ in range(3))
         else:
             share = " ".join(f"{DASH:>7}" for _ in range(4))
         execs = DASH if ex is None else str(ex.value.get(p.id, DASH))
@@ -255,7 +266,7 @@ def _latency_lines(
 def _steal_lines(snap: Snapshot, qs: dict[str, Measured | None], w: int) -> list[str]:
     m = qs["steals"]
     if m is None:
-        return [f"Work stealing: {NOT_MEASURED} (no hot probes in {snap.mode} mode)"]
+        return [f"Work stealing: {NOT_MEASURED} ({_no_hot(snap)})"]
     st = snap.steals
     out = [f"Work stealing: {st.attempts} attempts, {st.count} successful, "
            f"{st.goroutines} goroutines taken {_said(m)}"]

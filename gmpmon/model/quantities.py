@@ -219,8 +219,9 @@ def _p_running(window: str, source: str, coverage: str) -> Source:
         value = {p.id: p.running_ns for p in snap.procs}
         if snap.window != window:
             return None
-        # Sampled: measured once any status was read (a P read idle ran for a measured 0).
-        if window == "sampled" and not any(
+        # Windows or samples: measured once any P state was timed (a P read idle ran for a
+        # measured 0); a default-mode run without a window or a status read measured none.
+        if window != "exact" and not any(
                 p.running_ns + p.idle_ns + p.searching_ns + p.syscall_ns + p.gcstop_ns
                 for p in snap.procs):
             return None

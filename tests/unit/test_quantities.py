@@ -176,3 +176,20 @@ def test_schema_doc_lists_every_quantity_and_its_sources_in_order() -> None:
         src = "; ".join(f"{i + 1}. `{s.name}` ({s.when})" for i, s in enumerate(q.sources))
         row = f"| `{q.name}` | {q.meaning} | {src} |"
         assert row in doc, f"docs/summary-schema.md lacks or differs on: {row}"
+
+
+def test_default_mode_without_a_window_falls_back_to_the_runtime_and_says_so() -> None:
+    """caddy-wrk-default.gmp: Caddy under wrk, default mode, no window ever opened (the
+    budget never allowed one). Nothing counted by windows is printed as a windowed 0."""
+    snap = replayed("caddy-wrk-default")
+    assert snap.mode == "default" and snap.windows_covered_ns == 0
+    doc = summary(snap)
+    q = doc["quantities"]
+    assert q["sched_latency"]["source"] == "runtime histogram"
+    assert doc["sched_latency_ns"]["count"] == doc["runtime"]["sched_latency_ns"]["count"] > 0
+    assert q["syscalls"]["source"] == "runtime counters"
+    assert q["p_running_ns"] == {"source": "perf samples", "coverage": "sampled"}
+    assert all(p["idle_ns"] is None and p["running_ns"] > 0 for p in doc["procs"])
+    assert q["steals"] is None and q["parks"] is None and doc["steals"] is None
+    text = text_report(snap, width=None)
+    assert "Work stealing: not measured (no duty-cycle window opened)" in text
