@@ -193,3 +193,24 @@ def test_default_mode_without_a_window_falls_back_to_the_runtime_and_says_so() -
     assert q["steals"] is None and q["parks"] is None and doc["steals"] is None
     text = text_report(snap, width=None)
     assert "Work stealing: not measured (no duty-cycle window opened)" in text
+
+
+def test_metrics_leave_out_what_the_target_lacks() -> None:
+    """A runtime-counter feature the Go version or binary lacks was not read: its series is
+    absent from /metrics, not a 0 (the reading said 0 goroutines and 0 syscalls before)."""
+    import dataclasses
+
+    from gmpmon.events import RT_FEATURE_NAMES, RtFeature
+
+    snap = replayed(MODES["sample"])
+    assert snap.runtime is not None
+    lacks = tuple(RT_FEATURE_NAMES[f] for f in (RtFeature.GOROUTINES, RtFeature.LATENCY,
+                                                 RtFeature.P_TICKS))
+    rv = dataclasses.replace(snap.runtime, missing=lacks)
+    proc = GoProcess(pid=1, ns_pid=1, exe="/x", go_version=snap.go_version, container="",
+                     uptime_s=1.0, exe_key=(1, 2, 3, 4, 5))
+    names = {m.name for m in families([make_reading(proc, rv, None, ())]) if m.samples}
+    assert not names & {"gmpmon_syscalls", "gmpmon_sched_latency_seconds"}, names
+    gor = next(m for m in families([make_reading(proc, rv, None, ())])
+               if m.name == "gmpmon_goroutines")
+    assert all(s.labels["state"] != "all" for s in gor.samples)  # the census's states stay
