@@ -12,7 +12,8 @@ Coverage words (docs/summary-schema.md "Quantities"): ``exact`` (every event sin
 or the runtime's own exact counter), ``windows, N% of the time`` (counted only while default
 mode's hot probes were attached), ``~1 in 8 sampled, bucket bounds`` (the runtime's histogram),
 ``census #N`` (a gauge at the newest walk of allgs), ``sampled`` (P status reads or perf
-samples), ``lower bound``. Pure: reads a Snapshot, imports nothing above the model.
+samples), ``lower bound``; a latency adds ``percentiles are bucket bounds`` (the probes'
+histogram; its max was measured) or ``bucket bounds`` (the kernel's counters: max too). Pure: reads a Snapshot, imports nothing above the model.
 """
 
 from __future__ import annotations
@@ -118,14 +119,19 @@ def _hot(read: Callable[[Snapshot], Any], *, counters: str = "") -> tuple[Source
     def full(snap: Snapshot) -> Measured | None:
         if not _has_probes(snap):
             return None
-        cov = EXACT
-        if counters and snap.sources.get(counters) == "counters":
-            cov = "exact count, bucket bounds"
-        return Measured(read(snap), PROBES, cov)
+        return Measured(read(snap), PROBES, EXACT + _bounds(snap))
 
     def windows(snap: Snapshot) -> Measured | None:
         cov = windows_coverage(snap)
-        return Measured(read(snap), WINDOWS, cov) if cov else None
+        return Measured(read(snap), WINDOWS, cov + _bounds(snap)) if cov else None
+
+    def _bounds(snap: Snapshot) -> str:
+        """A latency's percentiles are bucket bounds; its max too when the kernel counted."""
+        if not counters:
+            return ""
+        if snap.sources.get(counters) == "counters":
+            return ", bucket bounds"
+        return ", percentiles are bucket bounds"
 
     return (Source(PROBES, "full mode", full),
             Source(WINDOWS, "default mode, while hot probes are attached", windows))
