@@ -13,7 +13,8 @@ or the runtime's own exact counter), ``windows, N% of the time`` (counted only w
 mode's hot probes were attached), ``~1 in 8 sampled, bucket bounds`` (the runtime's histogram),
 ``census #N`` (a gauge at the newest walk of allgs), ``sampled`` (P status reads or perf
 samples), ``lower bound``; a latency adds ``percentiles are bucket bounds`` (the probes'
-histogram; its max was measured) or ``bucket bounds`` (the kernel's counters: max too). Pure: reads a Snapshot, imports nothing above the model.
+histogram; its max was measured) or ``bucket bounds`` (the kernel's counters: max too).
+Pure: reads a Snapshot, imports nothing above the model.
 """
 
 from __future__ import annotations
