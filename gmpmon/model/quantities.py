@@ -5,8 +5,10 @@ A :class:`Quantity` lists its :class:`Source` readers best first: probes in full
 in default mode's duty-cycle windows, the runtime's own counters and histograms, the goroutine
 census, perf samples, tracepoints. ``best(snap)`` is the first source that measured the
 quantity in this Snapshot, as a :class:`Measured` (value, source, coverage); ``None`` when
-nothing did. Every output (summary JSON, text report, /metrics) takes its value from here,
-so "not measured" is null or "-" everywhere and never 0.
+nothing did. The summary JSON and the text report take their values from here, so "not
+measured" is null or "-" and never 0. /metrics publishes counters that must grow by one
+source across scrapes: it keeps the runtime counters' (absent when not read), the
+registry's second choice in every probe mode.
 
 Coverage words (docs/summary-schema.md "Quantities"): ``exact`` (every event since attach,
 or the runtime's own exact counter), ``windows, N% of the time`` (counted only while default
@@ -25,9 +27,10 @@ from typing import Any
 
 from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.model.runtime import RuntimeView
-from gmpmon.model.snapshot import LatencyStats, Snapshot
+from gmpmon.model.snapshot import Snapshot
 
-__all__ = ["QUANTITIES", "Measured", "Quantity", "Source", "best", "measure_all"]
+__all__ = ["QUANTITIES", "Measured", "Quantity", "Source", "best", "bucket_edges",
+           "max_is_measured", "measure_all"]
 
 # Source names (the words every output prints).
 PROBES = "probes"
@@ -312,10 +315,6 @@ def best(snap: Snapshot, name: str) -> Measured | None:
 
 def measure_all(snap: Snapshot) -> dict[str, Measured | None]:
     return {name: q.best(snap) for name, q in QUANTITIES.items()}
-
-
-def latency_of(m: Measured | None) -> LatencyStats | None:
-    return m.value if m is not None else None
 
 
 def max_is_measured(m: Measured, snap: Snapshot) -> bool:
