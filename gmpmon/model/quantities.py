@@ -8,7 +8,7 @@ quantity in this Snapshot, as a :class:`Measured` (value, source, coverage); ``N
 nothing did. The summary JSON and the text report take their values from here, so "not
 measured" is null or "-" and never 0. /metrics publishes counters that must grow by one
 source across scrapes: it keeps the runtime counters' (absent when not read), the
-registry's second choice in every probe mode.
+registry's choice after the probes.
 
 Coverage words (docs/summary-schema.md "Quantities"): ``exact`` (every event since attach,
 or the runtime's own exact counter), ``windows, N% of the time`` (counted only while default
