@@ -2,7 +2,10 @@
 summary JSON is gmpmon/export/json.py's).
 
 Pure: strings out, the caller prints them. The text report keeps the bcc manners: under 80
-columns, a latency histogram drawn as bars, top-N tables.
+columns on a terminal (``width``; None for a file or a pipe: nothing is cut), a latency
+histogram drawn as bars, top-N tables. Every quantity is the best source's value
+(gmpmon.model.quantities) and says which; what nothing measured reads "not measured", never 0.
+A bucket bound is written "≤ 12.0µs"; a measured value has no sign.
 """
 
 from __future__ import annotations
@@ -14,14 +17,31 @@ from gmpmon.model.gcheap import GcView
 from gmpmon.model.hist import pow2_counts, upper_edge
 from gmpmon.model.kernel import long_run_ns
 from gmpmon.model.kernelview import KernelView
+from gmpmon.model.quantities import Measured, bucket_edges, max_is_measured, measure_all
+from gmpmon.model.rthist import bucket_bounds
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
 from gmpmon.thinning import fidelity, fmt_k, thinning, thinning_line
 
 WIDTH = 80
+NOT_MEASURED = "not measured"
+DASH = "-"
 
 
 # ---------------------------------------------------------------- text
+
+
+def terminal_width(stream: object) -> int | None:
+    """The report's width: 80 columns on a terminal, no limit for a file or a pipe."""
+    isatty = getattr(stream, "isatty", None)
+    return WIDTH if callable(isatty) and isatty() else None
+
+
+def for_stream(text: str, stream: object) -> str:
+    """ASCII spellings on a stream that cannot take UTF-8 (a C locale): 12.3us, <= 1.0ms."""
+    if "utf" in (getattr(stream, "encoding", None) or "utf").lower():
+        return text
+    return text.replace("µ", "u").replace("≤", "<=")
 
 
 def lost_hint(mode: str) -> str:
@@ -63,10 +83,27 @@ def _n(n: int, snap: Snapshot) -> str:
     return "-" if snap.window == "sampled" else str(n)
 
 
-def _q(ns: int, ls: LatencyStats) -> str:
-    """A percentile from histogram buckets, no more precise than it is: <next edge."""
-    edge = upper_edge(ns) if ls.count else None
-    return f"<{fmt_ns(edge)}" if edge is not None else fmt_ns(ns)
+def _q(ns: int, ls: LatencyStats, edges: tuple[int, ...] | None = None) -> str:
+    """A percentile from histogram buckets, no more precise than it is: "≤ next edge"."""
+    edge = upper_edge(ns, edges) if ls.count else None
+    return f"≤ {fmt_ns(edge)}" if edge is not None else fmt_ns(ns)
+
+
+def _no_hot(snap: Snapshot) -> str:
+    """Why a hot-probe quantity was not measured."""
+    if snap.window == "windows":
+        return "no duty-cycle window opened"
+    return f"no hot probes in {snap.mode} mode"
+
+
+def _mv(m: Measured | None, fmt: str = "{}") -> str:
+    """A quantity's value, or "-" when nothing measured it."""
+    return DASH if m is None else fmt.format(m.value)
+
+
+def _said(m: Measured | None) -> str:
+    """Where a value came from, in parentheses: "(runtime counters: per-P syscalltick)"."""
+    return f"({NOT_MEASURED})" if m is None else f"({m.describe()})"
 
 
 def latency_bars(ls: LatencyStats, width: int = WIDTH) -> list[str]:
@@ -86,7 +123,11 @@ def latency_bars(ls: LatencyStats, width: int = WIDTH) -> list[str]:
     return out
 
 
-def text_report(snap: Snapshot, *, top: int = 5) -> str:
+def text_report(snap: Snapshot, *, top: int = 5, width: int | None = WIDTH) -> str:
+    """The text report. ``width``: cut lines to it (a terminal); None: cut nothing (a file or
+    a pipe)."""
+    w = width if width is not None else 1 << 30
+    qs = measure_all(snap)
     dur = max(0, snap.now - snap.start)
     lines: list[str] = []
     add = lines.append
@@ -95,7 +136,7 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         _fit(
             f"gmpmon: pid {snap.pid} {snap.go_version} GOMAXPROCS={snap.gomaxprocs} "
             f"mode={snap.mode} ({fidelity(snap, thin)}) {fmt_ns(dur)}",
-            WIDTH,
+            w,
         )
     )
     lost = f", {snap.events_lost} LOST" if snap.events_lost else ""
@@ -122,97 +163,172 @@ def text_report(snap: Snapshot, *, top: int = 5) -> str:
         )
     elif snap.window == "sampled":
         add("  P state times are approximate (sampled)")
+    add('  every value names its source; "-": no source measured it (never a 0)')
     add("")
-    add("P    now        running  search    idle syscall   execs  stole stolen  lat p99")
-    for p in snap.procs:
-        tot = p.running_ns + p.searching_ns + p.idle_ns + p.syscall_ns + p.gcstop_ns
-        add(
-            f"P{p.id:<3} {PState(p.state).name.lower():<9} {_pct(p.running_ns, tot):>7} "
-            f"{_pct(p.searching_ns, tot):>7} {_pct(p.idle_ns, tot):>7} "
-            f"{_pct(p.syscall_ns, tot):>7} {p.executes:>7} {p.steals_in:>6} "
-            f"{p.steals_out:>6} {_q(p.latency.p99, p.latency):>8}"
-        )
+    lines.extend(_procs_lines(snap, qs, w))
     add("")
-    ls = snap.sched_latency
-    add(f"Scheduling latency (runnable -> running): {ls.count} samples")
-    add(
-        f"  p50 {_q(ls.p50, ls)}  p90 {_q(ls.p90, ls)}  p99 {_q(ls.p99, ls)}  "
-        f"max {fmt_ns(ls.max)}  avg {fmt_ns(ls.sum / ls.count) if ls.count else '-'}"
-    )
-    lines.extend(latency_bars(ls))
-    if snap.latency_by_reason:
-        add("")
-        add(f"{'by wake reason':<28} {'count':>9} {'p50':>9} {'p99':>9} {'max':>9}")
-        ranked = sorted(snap.latency_by_reason.items(), key=lambda kv: (-kv[1].count, kv[0]))
-        for name, rl in ranked[:top]:
-            add(
-                f"{_fit(name, 28):<28} {rl.count:>9} {_q(rl.p50, rl):>9} "
-                f"{_q(rl.p99, rl):>9} {_q(rl.max, rl):>9}"
-            )
+    lines.extend(_latency_lines(snap, qs, top, w))
     add("")
-    hot = _hot_note(snap)
+    parks = qs["parks"]
     add(f"{'Top park reasons':<34} {'count':>10} {'total wait':>12} {'avg wait':>10}")
-    if hot:
-        add(f"  ({hot})")
-    elif not snap.park_reasons:
+    if parks is None:
+        add(f"  ({NOT_MEASURED}: {_no_hot(snap)})")
+    elif parks.source != "probes":
+        add(f"  ({parks.describe()})")
+    if parks is not None and not snap.park_reasons:
         add("  (none)")
-    for r in snap.park_reasons[:top]:
+    for r in snap.park_reasons[:top] if parks is not None else ():
         avg = fmt_ns(r.wait_ns / r.count) if r.count else "-"
         add(f"{_fit(r.reason, 34):<34} {r.count:>10} {fmt_ns(r.wait_ns):>12} {avg:>10}")
     add("")
-    st = snap.steals
-    add(
-        f"Work stealing: {st.attempts} attempts, {st.count} successful, "
-        f"{st.goroutines} goroutines taken"
-    )
-    ids = sorted({k[0] for k in st.matrix} | {k[1] for k in st.matrix})
-    if not st.goroutines:
-        ids = []  # only failed attempts: nothing to draw
-    if ids and len(ids) <= 12:
-        add("  goroutines taken, thief (row) from victim (column):")
-        add("  " + "thief".ljust(6) + "".join(f"{'P' + str(v):>6}" for v in ids))
-        for t in ids:
-            cells = "".join(f"{st.matrix.get((t, v), (0, 0, 0))[2] or '.':>6}" for v in ids)
-            add(_fit(f"  {'P' + str(t):<6}{cells}", WIDTH))
-    elif ids:
-        add(f"  ({len(ids)} Ps: matrix omitted, see --summary-json)")
+    lines.extend(_steal_lines(snap, qs, w))
     add("")
-    if hot:
-        add(f"  (work stealing, syscalls, preemptions done, goroutines: {hot})")
-    add(
-        f"Syscalls {_n(snap.syscalls, snap)} (blocking {snap.syscalls_blocking}), "
-        f"handoffs {snap.handoffs}; preempted {_n(snap.preempted, snap)} "
-        f"(requested {snap.preempt_requested}), Gosched {_n(snap.gosched, snap)}"[:WIDTH]
-    )
-    add(
-        f"GC stop-the-world: {snap.stw_count} pauses, total {fmt_ns(snap.stw_total_ns)}, "
-        f"max {fmt_ns(snap.stw_max_ns)}"
-    )
-    add(
-        f"Goroutines: {_n(snap.goroutines_created, snap)} created, "
-        f"{_n(snap.goroutines_exited, snap)} exited, {_n(snap.goroutines_live, snap)} live (seen)"
-    )
+    lines.extend(_counts_lines(snap, qs))
+    lines.extend(goroutine_lines(snap, qs))
     add("")
-    add(f"Mutex contention: {snap.mutex_contentions} waits, {fmt_ns(snap.mutex_wait_ns)} total")
+    mw = qs["mutex_waits"]
+    if mw is None:
+        add(f"Mutex contention: {NOT_MEASURED}")
+    else:
+        add(f"Mutex contention: {snap.mutex_contentions} waits, "
+            f"{fmt_ns(snap.mutex_wait_ns)} total {_said(mw)}")
     for s in snap.mutex_stacks[:top]:
         add(f"  {fmt_ns(s.wait_ns):>9} {s.count:>8}x")
         frames = [_frame(f) for f in s.stack]
         for f in list(reversed(frames))[:6]:
-            add(_fit(f"      {f}", WIDTH))
+            add(_fit(f"      {f}", w))
         if len(frames) > 6:
             add(f"      ... {len(frames) - 6} more frames")
-    others = [(k, c, w) for k, (c, w) in snap.waits_by_kind.items() if k != "sync.Mutex"]
+    others = [(k, c, ns) for k, (c, ns) in snap.waits_by_kind.items() if k != "sync.Mutex"]
     if others:
         add("Other blocking waits: " + ", ".join(
-            f"{k} {c}x {fmt_ns(w)}" for k, c, w in sorted(others, key=lambda r: -r[2])))
-    lines.extend(runtime_lines(snap.runtime, top=top))
+            f"{k} {c}x {fmt_ns(ns)}" for k, c, ns in sorted(others, key=lambda r: -r[2])))
+    lines.extend(runtime_lines(snap.runtime, top=top, go_version=snap.go_version))
     lines.extend(gc_lines(snap.gc))
     if snap.kernel is not None:
         lines += kernel_text(snap.kernel, top=top)
     add("")
-    lines.extend(findings_text(snap, width=WIDTH))
+    lines.extend(findings_text(snap, width=w))
     lines.extend(model_check_lines(snap))
-    return "\n".join(line.rstrip()[:WIDTH] for line in lines) + "\n"
+    return "\n".join(line.rstrip()[:w] for line in lines) + "\n"
+
+
+def _procs_lines(snap: Snapshot, qs: dict[str, Measured | None], w: int) -> list[str]:
+    ex, run, lat = qs["executes"], qs["p_running_ns"], qs["sched_latency"]
+    states = run is not None and run.source != "perf samples"
+    per_p_lat = lat is not None and lat.source != "runtime histogram"
+    steals = qs["steals"] is not None
+    out = ["P    now        running  search    idle syscall   execs  stole stolen  lat p99"]
+    for p in snap.procs:
+        tot = p.running_ns + p.searching_ns + p.idle_ns + p.syscall_ns + p.gcstop_ns
+        if states:
+            share = (f"{_pct(p.running_ns, tot):>7} {_pct(p.searching_ns, tot):>7} "
+                     f"{_pct(p.idle_ns, tot):>7} {_pct(p.syscall_ns, tot):>7}")
+        elif run is not None:  # perf samples: on-CPU time on the P, the other states unknown
+            dur = max(snap.now - snap.start, 1)
+            share = f"{_pct(run.value.get(p.id, 0), dur):>7} " + " ".join(
+                f"{DASH:>7}" for _ in range(3))
+        else:
+            share = " ".join(f"{DASH:>7}" for _ in range(4))
+        execs = DASH if ex is None else str(ex.value.get(p.id, DASH))
+        st_in = str(p.steals_in) if steals else DASH
+        st_out = str(p.steals_out) if steals else DASH
+        p99 = _q(p.latency.p99, p.latency) if per_p_lat and p.latency.count else DASH
+        out.append(f"P{p.id:<3} {PState(p.state).name.lower():<9} {share} {execs:>7} "
+                   f"{st_in:>6} {st_out:>6} {p99:>8}")
+    out.append(f"  P states {_said(run)}")
+    out.append(f"  execs {_said(ex)}")
+    if lat is not None and not per_p_lat:
+        out.append(f"  lat p99 per P: {NOT_MEASURED} (the runtime's histogram is per process)")
+    return [_fit(line, w) for line in out]
+
+
+def _latency_lines(
+    snap: Snapshot, qs: dict[str, Measured | None], top: int, w: int
+) -> list[str]:
+    m = qs["sched_latency"]
+    if m is None:
+        return [f"Scheduling latency (runnable -> running): {NOT_MEASURED}"]
+    ls: LatencyStats = m.value
+    edges = bucket_edges(m, snap.go_version)
+    out = [f"Scheduling latency (runnable -> running): {ls.count} samples",
+           f"  {_said(m)}"]
+    if ls.count:
+        mx = fmt_ns(ls.max) if max_is_measured(m, snap) else _q(ls.max, ls, edges)
+        avg = (f"avg {fmt_ns(ls.sum / ls.count)}" if max_is_measured(m, snap)
+               else f"avg ~{fmt_ns(ls.sum / ls.count)}")
+        out.append(f"  p50 {_q(ls.p50, ls, edges)}  p90 {_q(ls.p90, ls, edges)}  "
+                   f"p99 {_q(ls.p99, ls, edges)}  max {mx}  {avg}")
+    out.extend(latency_bars(ls, min(w, WIDTH)))
+    if snap.latency_by_reason and m.source != "runtime histogram":
+        out.append("")
+        out.append(f"{'by wake reason':<28} {'count':>9} {'p50':>9} {'p99':>9} {'max':>9}")
+        ranked = sorted(snap.latency_by_reason.items(), key=lambda kv: (-kv[1].count, kv[0]))
+        for name, rl in ranked[:top]:
+            rmax = fmt_ns(rl.max) if max_is_measured(m, snap) else _q(rl.max, rl)
+            out.append(
+                f"{_fit(name, 28):<28} {rl.count:>9} {_q(rl.p50, rl):>9} "
+                f"{_q(rl.p99, rl):>9} {rmax:>9}"
+            )
+    return out
+
+
+def _steal_lines(snap: Snapshot, qs: dict[str, Measured | None], w: int) -> list[str]:
+    m = qs["steals"]
+    if m is None:
+        return [f"Work stealing: {NOT_MEASURED} ({_no_hot(snap)})"]
+    st = snap.steals
+    out = [f"Work stealing: {st.attempts} attempts, {st.count} successful, "
+           f"{st.goroutines} goroutines taken {_said(m)}"]
+    ids = sorted({k[0] for k in st.matrix} | {k[1] for k in st.matrix})
+    if not st.goroutines:
+        ids = []  # only failed attempts: nothing to draw
+    if ids and len(ids) <= 12:
+        out.append("  goroutines taken, thief (row) from victim (column):")
+        out.append("  " + "thief".ljust(6) + "".join(f"{'P' + str(v):>6}" for v in ids))
+        for t in ids:
+            cells = "".join(f"{st.matrix.get((t, v), (0, 0, 0))[2] or '.':>6}" for v in ids)
+            out.append(_fit(f"  {'P' + str(t):<6}{cells}", w))
+    elif ids:
+        out.append(f"  ({len(ids)} Ps: matrix omitted, see --summary-json)")
+    return out
+
+
+def _counts_lines(snap: Snapshot, qs: dict[str, Measured | None]) -> list[str]:
+    sc, pre = qs["syscalls"], qs["preempted"]
+    stw = qs["stw"]
+    out = [
+        f"Syscalls {_mv(sc)} {_said(sc)}",
+        f"  blocking {_mv(qs['syscalls_blocking'])}, handoffs {_mv(qs['handoffs'])} "
+        f"{_said(qs['handoffs'])}",
+        f"Preempted {_mv(pre)} {_said(pre)}",
+        f"  requested {_mv(qs['preempt_requested'])} {_said(qs['preempt_requested'])}, "
+        f"Gosched {_mv(qs['gosched'])}",
+    ]
+    if stw is not None and stw.source != "runtime histogram":
+        out.append(f"GC stop-the-world: {snap.stw_count} pauses, total "
+                   f"{fmt_ns(snap.stw_total_ns)}, max {fmt_ns(snap.stw_max_ns)} {_said(stw)}")
+    else:
+        out.append(f"GC stop-the-world: {_mv(stw)} pauses {_said(stw)}")
+    return out
+
+
+def goroutine_lines(snap: Snapshot, qs: dict[str, Measured | None]) -> list[str]:
+    """Goroutines as runtime.NumGoroutine counts them, system goroutines apart, and how the
+    other counts people compare with relate to it."""
+    live = qs["goroutines_live"]
+    c = snap.runtime.census if snap.runtime else None
+    system = f" + {c.system} system" if c is not None else ""
+    out = [f"Goroutines: {_mv(live)} live{system} {_said(live)}",
+           f"  created {_mv(qs['goroutines_created'])}, exited "
+           f"{_mv(qs['goroutines_exited'])} {_said(qs['goroutines_created'])}"]
+    if live is not None:
+        out.append("  live is runtime.NumGoroutine's count (go_goroutines); system ones apart")
+        if c is not None and live.source != "census" and c.goroutines != live.value:
+            out.append(f"  the census #{c.seq} counted {c.goroutines}: an earlier instant")
+        out.append("  a pprof goroutine profile adds the goroutines serving its request;")
+        out.append("  a client_golang go_goroutines adds its scrape's collector goroutines")
+    return out
 
 
 def model_check_lines(snap: Snapshot) -> list[str]:
@@ -257,6 +373,11 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
     lost = snap.events_lost - (prev.events_lost if prev else 0)
     thinned = sum(snap.dropped.values()) - (sum(prev.dropped.values()) if prev else 0)
     lat99 = _interval_p99(snap.sched_latency, prev.sched_latency if prev else None)
+    rv = snap.runtime
+    if snap.window == "sampled" and rv is not None and rv.reads:  # no probe latency: the
+        before = prev.runtime.latency if prev is not None and prev.runtime else None  # runtime's
+        edges = bucket_bounds(720 if snap.go_version.startswith("go1.19") else 160)
+        lat99 = _interval_p99(rv.latency, before, edges)
     head = f"{t:7.1f}s "
     tail = (f" grq={snap.global_runq} | last {span:.1f}s: steal={_n(steals, snap)}"
             f" park={_n(parks, snap)}"
@@ -277,12 +398,15 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
 def interval_legend(interval_s: float, mode: str = "") -> str:
     """Said once above the interval lines: which numbers are now, which are recent."""
     counted = {"default": "\n(default mode: steal and park count inside the hot-probe windows)",
-               "sample": "\n(sample mode: steal and park are not measured: -)"}.get(mode, "")
+               "sample": "\n(sample mode: steal and park are not measured: -;\n p99 is the "
+                         "runtime's own histogram, a bucket bound)"}.get(mode, "")
     return (f"Each line: P states, run queues, grq now; steal park p99 lost: the last"
             f" {interval_s:g}s only.\nThe report at the end counts the whole capture." + counted)
 
 
-def _interval_p99(cur: LatencyStats, prev: LatencyStats | None) -> str:
+def _interval_p99(
+    cur: LatencyStats, prev: LatencyStats | None, edges: tuple[int, ...] | None = None
+) -> str:
     before = dict(prev.histogram) if prev else {}
     delta = [(lo, n - before.get(lo, 0)) for lo, n in cur.histogram]
     delta = [(lo, n) for lo, n in delta if n > 0]
@@ -294,14 +418,14 @@ def _interval_p99(cur: LatencyStats, prev: LatencyStats | None) -> str:
     for lo, n in delta:
         acc += n
         if acc >= rank:
-            return _q(lo, cur)
+            return _q(lo, cur, edges).replace(" ", "")
     return "-"
 
 
 # ---------------------------------------------------------------- runtime counters, census
 
 
-def runtime_lines(rv: RuntimeView | None, *, top: int = 5) -> list[str]:
+def runtime_lines(rv: RuntimeView | None, *, top: int = 5, go_version: str = "") -> list[str]:
     """Text-report section (empty when the capture had no runtime counters)."""
     if rv is None:
         return []
@@ -310,9 +434,10 @@ def runtime_lines(rv: RuntimeView | None, *, top: int = 5) -> list[str]:
     lacks = set(rv.missing)  # never print zeros that were not read
     if RT_FEATURE_NAMES[RtFeature.LATENCY] not in lacks and rv.reads:
         out.append(f"  scheduling latency ({rv.latency_note}): {ls.count} samples")
+        edges = bucket_bounds(720 if go_version.startswith("go1.19") else 160)
         out.append(
-            f"    p50 {fmt_ns(ls.p50)}  p90 {fmt_ns(ls.p90)}  p99 {fmt_ns(ls.p99)}  "
-            f"max {fmt_ns(ls.max)}"
+            f"    p50 {_q(ls.p50, ls, edges)}  p90 {_q(ls.p90, ls, edges)}  "
+            f"p99 {_q(ls.p99, ls, edges)}  max {_q(ls.max, ls, edges)}"
         )
     if RT_FEATURE_NAMES[RtFeature.GOROUTINES] not in lacks and rv.reads:
         out.append(f"  goroutines {rv.goroutines} (allglen {rv.allglen})")

@@ -74,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
         snap = _replay(rec, args.interval, sys.stdout.write)
         report = None
         if args.report or not args.summary_json:
-            from gmpmon.report import text_report
+            from gmpmon.report import terminal_width, text_report
 
-            report = text_report(snap)
+            report = text_report(snap, width=terminal_width(sys.stdout))
         if args.summary_json:
             from gmpmon.export.json import JsonExporter
 
@@ -89,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
     if note:
         print(f"gmpmon: {note}", file=sys.stderr)
     if report is not None:
-        sys.stdout.write(report)
+        from gmpmon.report import for_stream
+
+        sys.stdout.write(for_stream(report, sys.stdout))
     return 0
 
 

@@ -20,11 +20,12 @@ from gmpmon.model.findingtypes import ATTRIBUTION_CATEGORIES, Attribution
 from gmpmon.model.gcheap import GcView
 from gmpmon.model.kernel import long_run_ns
 from gmpmon.model.kernelview import KernelView
+from gmpmon.model.quantities import Measured, measure_all
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, Snapshot
 from gmpmon.thinning import thinning
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 WAIT_STACKS_TOP = 20  # census.wait_stacks: the largest groups
 
 
@@ -44,22 +45,27 @@ def _lat(ls: LatencyStats, *, histogram: bool = True, sum_key: str = "sum") -> d
     return d
 
 
-# Summary blocks filled by uprobes (hot ones only inside windows in default mode, not at all
-# in sample mode; the cold ones - STW, handoff, preemption requests - always).
-_PROBE_BLOCKS = (
-    "steals", "park_reasons", "sched_latency_ns", "sched_latency_by_reason_ns", "syscalls",
-    "preemptions", "goroutines", "mutex", "waits_by_kind", "waits_top",
-)
+# Summary block -> the quantity whose source the block's numbers follow (schema v4).
+_BLOCK_QUANTITY = {
+    "steals": "steals", "park_reasons": "parks", "sched_latency_ns": "sched_latency",
+    "sched_latency_by_reason_ns": "parks", "syscalls": "syscalls", "preemptions": "preempted",
+    "goroutines": "goroutines_live", "mutex": "mutex_waits", "procs": "p_running_ns",
+    "gc_stw": "stw",
+}
 
 
-def block_sources(snap: Snapshot) -> dict[str, str]:
-    """Summary block -> where its numbers come from (schema v2)."""
-    probes = {"full": "probes", "default": "probes (duty-cycle windows)"}.get(
-        snap.mode, "probes (cold only)" if snap.mode == "sample" else "probes"
-    )
-    out = {b: probes for b in _PROBE_BLOCKS}
-    out["procs"] = "memory samples (50 Hz)" if snap.window == "sampled" else probes
-    out["gc_stw"] = "probes (cold)"
+def block_sources(snap: Snapshot, qs: dict[str, Measured | None] | None = None) -> dict[str, str]:
+    """Summary block -> where its main numbers come from (schema v2; v4: from the quantity
+    registry, "not measured" when no source measured it)."""
+    qs = measure_all(snap) if qs is None else qs
+    out: dict[str, str] = {}
+    for block, name in _BLOCK_QUANTITY.items():
+        m = qs[name]
+        out[block] = m.source if m is not None else "not measured"
+    # sync.Mutex waits come from the cold lockSlow probe; the semaphore waits from hot ones.
+    waits = out["park_reasons"] if qs["parks"] is not None else (
+        f"{out['mutex']} (sync.Mutex only)" if qs["mutex_waits"] is not None else "not measured")
+    out["waits_by_kind"] = out["waits_top"] = waits
     if snap.runtime is not None:
         out["runtime"] = snap.runtime.source
         if snap.runtime.census is not None:
@@ -67,6 +73,55 @@ def block_sources(snap: Snapshot) -> dict[str, str]:
     if snap.gc is not None:
         out["gc"] = snap.gc.source
     return dict(sorted(out.items()))
+
+
+def quantities_json(qs: dict[str, Measured | None]) -> dict[str, Any]:
+    """(v4) quantity -> {source, coverage} of the value the document shows; null: not
+    measured in this mode (its keys are null too)."""
+    return {name: None if m is None else {"source": m.source, "coverage": m.coverage}
+            for name, m in qs.items()}
+
+
+def _src(m: Measured | None) -> dict[str, Any]:
+    return {"source": None, "coverage": None} if m is None else {
+        "source": m.source, "coverage": m.coverage}
+
+
+def _val(m: Measured | None) -> Any:
+    return None if m is None else m.value
+
+
+def _top_latency(m: Measured | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    ls: LatencyStats = m.value
+    sum_key = "sum_estimate" if m.source == "runtime histogram" else "sum"
+    return {**_lat(ls, sum_key=sum_key), **_src(m)}
+
+
+def _procs(snap: Snapshot, qs: dict[str, Measured | None]) -> list[dict[str, Any]]:
+    ex, run = qs["executes"], qs["p_running_ns"]
+    probes_run = run is not None and run.source != "perf samples"
+    hot = qs["steals"] is not None
+    out = []
+    for p in snap.procs:
+        out.append({
+            "id": p.id,
+            "running_ns": (p.running_ns if probes_run
+                           else None if run is None else run.value.get(p.id)),
+            "idle_ns": p.idle_ns if probes_run else None,
+            "spinning_ns": p.searching_ns if probes_run else None,  # (name kept in the schema)
+            "syscall_ns": p.syscall_ns if probes_run else None,
+            "gcstop_ns": p.gcstop_ns if probes_run else None,
+            "executes": None if ex is None else ex.value.get(p.id),
+            "steals_in": p.steals_in if hot else None,
+            "steals_out": p.steals_out if hot else None,
+            "sched_latency_ns": (_lat(p.latency, histogram=False)
+                                 if qs["sched_latency"] is not None
+                                 and qs["sched_latency"].source != "runtime histogram"
+                                 else None),
+        })
+    return out
 
 
 def _cost(snap: Snapshot) -> dict[str, Any] | None:
@@ -81,8 +136,15 @@ def _cost(snap: Snapshot) -> dict[str, Any] | None:
 
 
 def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
-    """The versioned --summary-json document. Same Snapshot -> same dict (sorted, no clock)."""
+    """The versioned --summary-json document. Same Snapshot -> same dict (sorted, no clock).
+    The top-level quantities take the best source the mode had (gmpmon.model.quantities);
+    what nothing measured is null, never 0."""
     thin = thinning(snap)
+    qs = measure_all(snap)
+    steals, parks, lat = qs["steals"], qs["parks"], qs["sched_latency"]
+    by_reason = lat is not None and lat.source != "runtime histogram"
+    live = qs["goroutines_live"]
+    census = snap.runtime.census if snap.runtime else None
     return {
         "schema_version": SCHEMA_VERSION,
         "target": {
@@ -104,22 +166,8 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
                                else round(thin.since_s, 3),
                                "counts": "counters" if thin.counts_whole else "events"}},
         "illegal_transitions": snap.illegal_transitions,
-        "procs": [
-            {
-                "id": p.id,
-                "running_ns": p.running_ns,
-                "idle_ns": p.idle_ns,
-                "spinning_ns": p.searching_ns,  # (name kept in the schema)
-                "syscall_ns": p.syscall_ns,
-                "gcstop_ns": p.gcstop_ns,
-                "executes": p.executes,
-                "steals_in": p.steals_in,
-                "steals_out": p.steals_out,
-                "sched_latency_ns": _lat(p.latency, histogram=False),
-            }
-            for p in snap.procs
-        ],
-        "steals": {
+        "procs": _procs(snap, qs),
+        "steals": None if steals is None else {
             "attempts": snap.steals.attempts,
             "count": snap.steals.count,
             "goroutines": snap.steals.goroutines,
@@ -127,36 +175,44 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
                 {"thief": t, "victim": v, "attempts": a, "count": c, "goroutines": g}
                 for (t, v), (a, c, g) in sorted(snap.steals.matrix.items())
             ],
+            **_src(steals),
         },
-        "park_reasons": {
+        "park_reasons": None if parks is None else {
             r.reason: {"count": r.count, "wait_ns": r.wait_ns} for r in snap.park_reasons
         },
-        "sched_latency_ns": _lat(snap.sched_latency),
-        "sched_latency_by_reason_ns": {
+        "sched_latency_ns": _top_latency(lat),
+        "sched_latency_by_reason_ns": None if not by_reason else {
             name: _lat(ls, histogram=False) for name, ls in sorted(snap.latency_by_reason.items())
         },
         "syscalls": {
-            "count": snap.syscalls,
-            "blocking": snap.syscalls_blocking,
-            "handoffs": snap.handoffs,
+            "count": _val(qs["syscalls"]),
+            "blocking": _val(qs["syscalls_blocking"]),
+            "handoffs": _val(qs["handoffs"]),
+            **_src(qs["syscalls"]),
         },
         "preemptions": {
-            "requested": snap.preempt_requested,
-            "preempted": snap.preempted,
-            "gosched": snap.gosched,
+            "requested": _val(qs["preempt_requested"]),
+            "preempted": _val(qs["preempted"]),
+            "gosched": _val(qs["gosched"]),
+            **_src(qs["preempted"]),
         },
         "gc_stw": {
             "count": snap.stw_count,
             "total_ns": snap.stw_total_ns,
             "max_ns": snap.stw_max_ns,
             "by_reason": {k: {"count": c, "total_ns": t} for k, (c, t) in snap.stw_reasons.items()},
+            **_src(qs["stw"]),
         },
         "goroutines": {
-            "created": snap.goroutines_created,
-            "exited": snap.goroutines_exited,
-            "live": snap.goroutines_live,
-            "states": dict(snap.g_state_counts),
-            "wakes_without_ready": snap.unseen_wakes,
+            "live": _val(live),  # as runtime.NumGoroutine counts
+            "system": None if census is None else census.system,  # runtime goroutines, apart
+            "created": _val(qs["goroutines_created"]),
+            "exited": _val(qs["goroutines_exited"]),
+            "states": _val(qs["goroutines_by_state"]),
+            "seen_live": snap.goroutines_live if qs["goroutines_created"] else None,
+            "seen_states": dict(snap.g_state_counts) if qs["goroutines_created"] else None,
+            "wakes_without_ready": snap.unseen_wakes if parks is not None else None,
+            **_src(live),
         },
         "mutex": {
             "contentions": snap.mutex_contentions,
@@ -171,6 +227,7 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
                     snap.mutex_by_addr.items(), key=lambda kv: (-kv[1][1], kv[0])
                 )[:top]
             ],
+            **_src(qs["mutex_waits"]),
         },
         # Every blocking wait gmpmon measured, by what it waited for (sync.Mutex included;
         # RWMutex, WaitGroup and other semaphores from semacquire1).
@@ -183,7 +240,9 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
         ],
         "sources": dict(sorted(snap.sources.items())),
         # schema v2: where each block's numbers come from, and the trap-free blocks.
-        "block_sources": block_sources(snap),
+        "block_sources": block_sources(snap, qs),
+        # schema v4: each quantity's source and coverage (gmpmon.model.quantities).
+        "quantities": quantities_json(qs),
         "runtime": runtime_summary(snap.runtime),
         "census": census_summary(snap.runtime.census if snap.runtime else None),
         "gc": gc_summary(snap.gc),

@@ -32,27 +32,68 @@ def attribution_lines(att: Attribution | None) -> list[str]:
     return out
 
 
+def _label(key: str) -> str:
+    """An evidence key in words: ``longest_ns`` -> "longest", ``max_local_p`` -> "max local p"."""
+    return key.removesuffix("_ns").replace("_", " ")
+
+
+def _word(key: str, v: object) -> str:
+    """One evidence value in words: durations through fmt_ns, yes/no, frames leaf first."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if key.endswith("_ns") and isinstance(v, int | float):
+        return fmt_ns(v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, list):
+        if v and all(isinstance(x, list | tuple) and len(x) == 2 for x in v):
+            return ", ".join(f"{a}: {b}" for a, b in v)  # a series: "0: 6579, 1: 3096"
+        return ", ".join(_word(key, x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{_label(a)} {_word(a, b)}" for a, b in v.items())
+    return str(v)
+
+
+def _table(rows: list[dict[str, object]], width: int) -> list[str]:
+    """Rows of evidence as a small table: one column per scalar key, a row's stack (a list
+    of frames) under it, its top frames only."""
+    cols = [k for k in rows[0] if not isinstance(rows[0][k], list | dict)]
+    for r in rows[1:]:
+        cols += [k for k in r if k not in cols and not isinstance(r[k], list | dict)]
+    cells = [[_word(k, r.get(k, "")) for k in cols] for r in rows]
+    wide = [max(len(_label(k)), *(len(c[i]) for c in cells)) for i, k in enumerate(cols)]
+    out = ["  " + "  ".join(_label(k).ljust(w) for k, w in zip(cols, wide, strict=True))]
+    for r, c in zip(rows, cells, strict=True):
+        out.append(("  " + "  ".join(v.ljust(w) for v, w in zip(c, wide, strict=True)))[:width])
+        for k, v in r.items():
+            if isinstance(v, list) and v:
+                more = f" (+{len(v) - 3} more)" if len(v) > 3 else ""
+                out.append(f"    {_label(k)}: {' < '.join(map(str, v[:3]))}{more}"[:width])
+    return out
+
+
 def evidence_lines(f: Finding, width: int = 80) -> list[str]:
-    """The evidence as indented ``key: value`` lines (lists of dicts one per line)."""
+    """The evidence in words: ``label: value`` lines, durations as durations, lists of
+    goroutines or Ps as a small table, stacks as frames (leaf first)."""
     out: list[str] = []
     for k, v in f.evidence.items():
         if k in ("sources", "sampled") or v is None or v == "" or v == [] or v == {}:
             continue
         if isinstance(v, list) and v and isinstance(v[0], dict):
-            out.append(f"{k}:")
-            out.extend("  " + ", ".join(f"{a}={b}" for a, b in row.items()) for row in v[:5])
+            out.append(f"{_label(k)}:")
+            out.extend(_table(v[:5], width))
         elif isinstance(v, list) and v and isinstance(v[0], str):
-            out.append(f"{k}:")
+            out.append(f"{_label(k)}:")
             out.extend(f"  {s}" for s in v[:8])
-        elif isinstance(v, dict):
-            out.append(f"{k}: " + ", ".join(f"{a}={b}" for a, b in v.items()))
         else:
-            out.append(f"{k}: {v}")
+            out.append(f"{_label(k)}: {_word(k, v)}")
     src = f.evidence.get("sources") or {}
     if src:
-        out.append("sources: " + ", ".join(f"{a}={b}" for a, b in src.items()))
+        out.append("sources:")
+        out.extend(f"  {_label(a)}: {b}" for a, b in src.items())
     sampled = f.evidence.get("sampled") or []
-    out.append("sampled: " + (", ".join(sampled) if sampled else "none (every event)"))
+    out.append("sampled: " + (", ".join(_label(s) for s in sampled) if sampled
+                              else "none (every event)"))
     return [line[:width] for line in out]
 
 

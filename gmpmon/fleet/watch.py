@@ -19,7 +19,7 @@ from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler, read_gomaxprocs
 from gmpmon.errors import GmpmonError
-from gmpmon.events import EventTuple, Kind
+from gmpmon.events import RT_FEATURE_NAMES, EventTuple, Kind, RtFeature
 from gmpmon.fleet.discover import GoProcess
 from gmpmon.fleet.findings import WINDOW_S, FindingsWindow, sample_header
 from gmpmon.fleet.infocache import InfoCache
@@ -195,14 +195,19 @@ def make_reading(
                 continue
             by_state[row.state] = by_state.get(row.state, 0) + row.count
     stw = v.stw_gc.sum / 1e9 if v.stw_gc is not None else None
+
+    def has(f: RtFeature) -> bool:  # a feature this target lacks was not read: no series
+        return RT_FEATURE_NAMES[f] not in v.missing
+
+    ticks = has(RtFeature.P_TICKS) and bool(v.procs)
     return ProcessReading(
         proc=proc,
         up=True,
         gomaxprocs=v.gomaxprocs or None,
-        goroutines=v.goroutines,
+        goroutines=v.goroutines if has(RtFeature.GOROUTINES) else None,
         goroutines_by_state=by_state,
-        latency=latency_histogram(v.latency),
-        syscalls_total=sum(p.syscalls for p in v.procs),
+        latency=latency_histogram(v.latency) if has(RtFeature.LATENCY) else None,
+        syscalls_total=sum(p.syscalls for p in v.procs) if ticks else None,
         handoffs_total=handoffs_total,
         gc_stw_seconds_total=stw,
         mutex_wait_seconds_total=(
