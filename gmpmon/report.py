@@ -391,7 +391,7 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
     if len(ps) > room:
         ps = "[" + "".join(_LETTER[PState(p.state)] for p in snap.procs) + "]"
     if len(ps) > room:
-        ps = ps[: max(room - 4, 0)] + "...]"
+        ps = ps[: room - 4] + "...]" if room >= 5 else ""
     return head + ps + tail
 
 

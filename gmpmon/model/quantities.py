@@ -114,6 +114,17 @@ def _rt(snap: Snapshot, f: RtFeature) -> RuntimeView | None:
     return rv
 
 
+def _full_coverage(snap: Snapshot) -> str:
+    """``exact`` only when no record was lost or thinned; else whether the counts stayed
+    whole (every total from its in-kernel counter: gmpmon.thinning) or not."""
+    from gmpmon.thinning import thinning  # (gmpmon.thinning imports the model)
+
+    t = thinning(snap)
+    if not t.thinned:
+        return EXACT
+    return "whole count, records thinned" if t.counts_whole else "records thinned, short"
+
+
 def _hot(read: Callable[[Snapshot], Any], *, counters: str = "") -> tuple[Source, Source]:
     """The two probe sources of a hot-probe quantity: full mode (exact) and default mode's
     windows. ``counters``: for a latency, the Snapshot.sources table that says when the
@@ -123,7 +134,7 @@ def _hot(read: Callable[[Snapshot], Any], *, counters: str = "") -> tuple[Source
     def full(snap: Snapshot) -> Measured | None:
         if not _has_probes(snap):
             return None
-        return Measured(read(snap), PROBES, EXACT + _bounds(snap))
+        return Measured(read(snap), PROBES, _full_coverage(snap) + _bounds(snap))
 
     def windows(snap: Snapshot) -> Measured | None:
         cov = windows_coverage(snap)
