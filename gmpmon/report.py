@@ -392,7 +392,8 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
         ps = "[" + "".join(_LETTER[PState(p.state)] for p in snap.procs) + "]"
     if len(ps) > room:
         ps = ps[: room - 4] + "...]" if room >= 5 else ""
-    return head + ps + tail
+    line = head + ps + tail
+    return line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."  # a corrupt grq
 
 
 def interval_legend(interval_s: float, mode: str = "") -> str:
