@@ -35,6 +35,29 @@ def import_bcc() -> ModuleType:
     return module
 
 
+def bcc_version() -> str:
+    """BCC's version without importing it: importing BCC loads libbcc.so, which maps LLVM
+    and clang (~53 MB resident) into the process for good."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("bcc")
+    if spec is None and DIST_PACKAGES not in sys.path:
+        sys.path.append(DIST_PACKAGES)
+        spec = importlib.util.find_spec("bcc")
+    if spec is None or not spec.submodule_search_locations:
+        raise KernelSupportError("BCC is not importable", hint="apt-get install python3-bpfcc")
+    for d in spec.submodule_search_locations:
+        try:
+            with open(os.path.join(d, "version.py")) as f:
+                m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", f.read())
+        except OSError:
+            continue
+        if m:
+            return m.group(1)
+    return "unknown"
+
+
 def header_dir() -> tuple[str, str]:
     """The kernel header tree BCC will compile against, and where that choice came from."""
     env = os.environ.get("BCC_KERNEL_SOURCE")

@@ -76,10 +76,10 @@ class Unwinder:
         lt = self.lines
         d = lt.data
         self.data = d
-        magic = struct.unpack_from("<I", d, 0)[0]
+        magic = struct.unpack_from("<I", d, lt.base)[0]
         self.old = magic == pclntab.MAGIC_118
         self.hdr = 40 if self.old else 44
-        self.funcname_off = struct.unpack_from("<Q", d, 8 + 3 * 8)[0]
+        self.funcname_off = lt.base + struct.unpack_from("<Q", d, lt.base + 8 + 3 * 8)[0]
         self.text: int = lt.text
         self.elf = elf
         self._gofunc: int | None = None

@@ -33,10 +33,13 @@ import hashlib
 import json
 import os
 import struct
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any
 
-from gmpmon.capture import bpfsys
+from gmpmon._bcc import bcc_version, import_bcc
+from gmpmon.capture import bpfmaps, bpfsys
 from gmpmon.capture.bpfsys import ATTR_SIZE, BPF_PROG_LOAD
 from gmpmon.errors import KernelSupportError, PermissionDenied
 from gmpmon.files import cache_root, private_dir
@@ -287,11 +290,11 @@ class Function:
 
 class LoadedObject:
     """What gmpmon uses of a BCC ``BPF`` object (tables by name, load_func, perf events, raw
-    tracepoints, cleanup), over maps and programs this module created from an ObjSpec."""
+    tracepoints, cleanup), over maps and programs this module created from an ObjSpec. It
+    needs no libbcc (gmpmon/capture/bpfmaps.py): loading from the cache maps no compiler."""
 
-    def __init__(self, spec: ObjSpec, bcc: Any) -> None:
+    def __init__(self, spec: ObjSpec) -> None:
         self.spec = spec
-        self._bcc = bcc
         self.map_fds: list[int] = []
         self.tables: dict[bytes, Any] = {}
         self.funcs: dict[bytes, Function] = {}
@@ -314,7 +317,7 @@ class LoadedObject:
             i = self._by_name.get(name)
             if i is None:
                 raise KeyError(name)
-            t = self.tables[name] = make_table(self._bcc, self.spec.maps[i], self.map_fds[i], i)
+            t = self.tables[name] = make_table(self.spec.maps[i], self.map_fds[i])
         return t
 
     def __contains__(self, name: bytes) -> bool:
@@ -335,9 +338,9 @@ class LoadedObject:
     def attach_perf_event(self, ev_type: int = -1, ev_config: int = -1, fn_name: bytes = b"",
                           sample_period: int = 0, sample_freq: int = 0, pid: int = -1,
                           cpu: int = -1, group_fd: int = -1) -> None:
-        fn = self.load_func(fn_name, self._bcc.BPF.PERF_EVENT)
-        lib = self._bcc.lib
-        cpus = [cpu] if cpu >= 0 else self._bcc.utils.get_online_cpus()
+        fn = self.load_func(fn_name, bpfmaps.PERF_EVENT)
+        lib = bpfmaps.lib()
+        cpus = [cpu] if cpu >= 0 else bpfmaps.online_cpus()
         res: dict[int, int] = {}
         self.open_perf_events[(ev_type, ev_config)] = res
         for c in cpus:
@@ -350,13 +353,13 @@ class LoadedObject:
 
     def detach_perf_event(self, ev_type: int = -1, ev_config: int = -1) -> None:
         for fd in self.open_perf_events.pop((ev_type, ev_config), {}).values():
-            self._bcc.lib.bpf_close_perf_event_fd(fd)
+            bpfmaps.lib().bpf_close_perf_event_fd(fd)
 
     def attach_raw_tracepoint(self, tp: bytes = b"", fn_name: bytes = b"") -> None:
         if tp in self.raw_tracepoint_fds:
             raise KernelSupportError(f"raw tracepoint {tp.decode()} is already attached")
-        fn = self.load_func(fn_name, self._bcc.BPF.RAW_TRACEPOINT)
-        fd = int(self._bcc.lib.bpf_attach_raw_tracepoint(fn.fd, tp))
+        fn = self.load_func(fn_name, bpfmaps.RAW_TRACEPOINT)
+        fd = int(bpfmaps.lib().bpf_attach_raw_tracepoint(fn.fd, tp))
         if fd < 0:
             raise KernelSupportError(f"cannot attach raw tracepoint {tp.decode()}: "
                                      f"{os.strerror(ct.get_errno())}")
@@ -386,53 +389,27 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-def make_table(bcc: Any, m: MapSpec, fd: int, index: int) -> Any:
-    """BCC's own table class for the map's type, over our fd. BCC's constructors ask its
-    compiled module for the type, flags and size; those are set here from the spec instead
-    (everything else BCC's tables do goes through the fd)."""
-    tb = bcc.table
-    classes = {
-        tb.BPF_MAP_TYPE_HASH: tb.HashTable, tb.BPF_MAP_TYPE_ARRAY: tb.Array,
-        tb.BPF_MAP_TYPE_PERCPU_ARRAY: tb.PerCpuArray, tb.BPF_MAP_TYPE_LRU_HASH: tb.LruHash,
-        tb.BPF_MAP_TYPE_STACK_TRACE: tb.StackTrace, tb.BPF_MAP_TYPE_RINGBUF: tb.RingBuf,
-        tb.BPF_MAP_TYPE_PERCPU_HASH: tb.PerCpuHash,
-    }
-    cls = classes.get(m.type)
-    if cls is None:
+def make_table(m: MapSpec, fd: int) -> bpfmaps.Table:
+    """A table over our fd, its key and value types decoded from BCC's descriptions."""
+    if m.type not in (bpfmaps.HASH, bpfmaps.ARRAY, bpfmaps.PERCPU_ARRAY, bpfmaps.LRU_HASH,
+                      bpfmaps.STACK_TRACE, bpfmaps.RINGBUF, bpfmaps.PERCPU_HASH):
         raise KernelSupportError(f"map {m.name}: type {m.type} is not supported here")
-    decode = bcc.BPF._decode_table_type
-    t = cls.__new__(cls)
-    t.bpf, t.map_id, t.map_fd = None, index, fd
-    t.Key = decode(json.loads(m.key_desc)) if m.key_desc else ct.c_int
-    t.Leaf = decode(json.loads(m.leaf_desc)) if m.leaf_desc else ct.c_int
-    t.ttype, t.flags, t._cbs, t._name = m.type, m.flags, {}, m.name.encode()
-    t.max_entries = m.max_entries
-    if m.type in (tb.BPF_MAP_TYPE_PERCPU_ARRAY, tb.BPF_MAP_TYPE_PERCPU_HASH):
-        # PerCpuArray/PerCpuHash.__init__: a value per possible CPU, 8-byte aligned.
-        t.reducer = None
-        t.sLeaf = t.Leaf
-        t.total_cpu = len(bcc.utils.get_possible_cpus())
-        t.alignment = ct.sizeof(t.sLeaf) % 8
-        if t.alignment == 0:
-            t.Leaf = t.sLeaf * t.total_cpu
-        elif t.sLeaf in (ct.c_uint, ct.c_int):
-            t.Leaf = (ct.c_uint64 if t.sLeaf == ct.c_uint else ct.c_int64) * t.total_cpu
-        else:
-            raise KernelSupportError(f"map {m.name}: per-CPU value not 8-byte aligned")
-    if m.type == tb.BPF_MAP_TYPE_RINGBUF:
-        t._ringbuf, t._event_class = None, None
-    return t
+    key = bpfmaps.decode_type(json.loads(m.key_desc)) if m.key_desc else ct.c_int
+    leaf = bpfmaps.decode_type(json.loads(m.leaf_desc)) if m.leaf_desc else ct.c_int
+    return bpfmaps.Table(m.name, m.type, fd, key, leaf)
 
 
 # --- the entry point --------------------------------------------------------------------
 
-def build(bcc: Any, text: bytes, cflags: list[str], probe_dir: str, header_dir: str) -> Any:
+def build(text: bytes, cflags: list[str], probe_dir: str, header_dir: str) -> Any:
     """The object for ``text`` compiled with ``cflags``: loaded from the cache, else compiled
-    by BCC (its exceptions pass through) and cached. A ``-DTGID=N`` flag is not compiled in:
-    N goes into the object's `tgid_cfg` map before anything can be attached.
+    by BCC in a child process (gmpmon/capture/bpfcompile.py: LLVM's ~100 MB heap and its
+    libraries never enter this long-lived process) and cached. Raises Exception with BCC's
+    message when the compile fails. A ``-DTGID=N`` flag is not compiled in: N goes into the
+    object's `tgid_cfg` map before anything can be attached.
 
-    If BCC's output holds something this loader cannot redo, BCC's own object is returned
-    (uncached); it has the same interface."""
+    If BCC's output holds something this loader cannot redo, BCC compiles it again here and
+    its own object is returned (uncached); it has the same interface."""
     tgid = 0
     flags = []
     for f in cflags:
@@ -445,22 +422,59 @@ def build(bcc: Any, text: bytes, cflags: list[str], probe_dir: str, header_dir: 
     except OSError:
         hdr_id = "-"
     directory = cache_dir()
-    key = cache_key(text, flags, probe_dir, f"{bcc.__version__}", f"{header_dir}\0{hdr_id}")
+    key = cache_key(text, flags, probe_dir, bcc_version(), f"{header_dir}\0{hdr_id}")
     path = os.path.join(directory, f"{key}.json") if directory else None
     spec = read_entry(path) if path else None
     if spec is None:
-        compiled = bcc.BPF(text=text, cflags=flags)
-        try:
-            spec = extract(compiled, bcc.lib)
-        except ValueError:
+        spec = compile_in_child(text, flags)
+        if spec is None:
+            compiled = import_bcc().BPF(text=text, cflags=flags)
             set_tgid(compiled, tgid)
             return compiled
-        compiled.cleanup()
         if path and directory:
             write_entry(directory, path, spec)
-    obj = LoadedObject(spec, bcc)
+    obj = LoadedObject(spec)
     set_tgid(obj, tgid)
     return obj
+
+
+def compile_in_child(text: bytes, flags: list[str]) -> ObjSpec | None:
+    """BCC's compile of ``text`` in a short-lived process; None if the result cannot be
+    cached. The child's fds 1 and 2 are ours (a caller's captured_output catches BCC's
+    chatter); its answer comes on a pipe of its own."""
+    import gmpmon
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gmpmon.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    rfd, wfd = os.pipe()
+    try:
+        req = json.dumps({"text": base64.b64encode(text).decode(), "flags": flags,
+                          "fd": wfd}).encode()
+        proc = subprocess.Popen([sys.executable, "-m", "gmpmon.capture.bpfcompile"],
+                                stdin=subprocess.PIPE, pass_fds=(wfd,), env=env)
+        os.close(wfd)
+        wfd = -1
+        assert proc.stdin is not None
+        proc.stdin.write(req)
+        proc.stdin.close()
+        with os.fdopen(rfd, "rb") as f:
+            rfd = -1
+            body = f.read()
+        rc = proc.wait()
+    finally:
+        for fd in (rfd, wfd):
+            if fd >= 0:
+                os.close(fd)
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        raise Exception(f"the BPF compiler process ended ({rc}) without an answer") from None
+    if "error" in answer:
+        raise Exception(str(answer["error"]))
+    if "uncacheable" in answer:
+        return None
+    return from_json(answer)
 
 
 def set_tgid(obj: Any, tgid: int) -> None:

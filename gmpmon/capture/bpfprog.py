@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes as ct
 import errno
+import gc
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +22,10 @@ from gmpmon._bcc import (
     first_compile_error,
     header_dir,
     headers_present,
-    import_bcc,
     scalar_items,
 )
 from gmpmon.binary.info import BinaryInfo, ProbeSite
-from gmpmon.capture import bpfobj
+from gmpmon.capture import bpfmaps, bpfobj
 from gmpmon.capture.bpfsys import PerCpuU64Array, U64Hash
 from gmpmon.capture.sites import BinaryText, Site
 from gmpmon.errors import (
@@ -41,6 +41,10 @@ from gmpmon.probetable import CALL, CALL_RESULT, ENTRY, HANDLERS, LAST_CALL, PRO
 _libc = ct.CDLL(None, use_errno=True)
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probes"
 RINGBUF_PAGES = 4096  # 16 MiB: ~300k records, ~300 ms of the hottest target at full rate
+# Sample mode without triggers: only cold probes write, read every 50 ms (Prometheus under
+# wrk: ~5k mutex contentions a second, ~15 KiB a read). The ring's pages are mapped twice
+# into gmpmon (the kernel's wrap-around mapping) and all count in its RSS: 32 MiB at 4096.
+RINGBUF_SAMPLE_PAGES = 256  # 1 MiB: ~18k records
 COUNTERS_MAX = 20480  # keys of the `counters` hash: 64 Ps x 256 latency buckets, plus the
 # per-P totals (starts, syscalls, hand-offs: ~5 keys a P) and the per-reason ones
 
@@ -129,10 +133,11 @@ def _reason(info: BinaryInfo, name: str) -> int:
         return 256
 
 
-def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None) -> list[str]:
+def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None,
+           ring_pages: int = RINGBUF_PAGES) -> list[str]:
     defs: dict[str, int] = {
         "TGID": tgid,
-        "RINGBUF_PAGES": RINGBUF_PAGES,
+        "RINGBUF_PAGES": ring_pages,
         "COUNTERS_MAX": counters_max(),
         "G_M": _off(info, "runtime.g.m"),
         "G_GOID": _off(info, "runtime.g.goid"),
@@ -170,7 +175,7 @@ def runqsize_link_addr(info: BinaryInfo) -> int:
     return sched + runqsize if sched and runqsize is not None else 0
 
 
-def _compile(bcc: Any, flags: list[str]) -> Any:
+def _compile(flags: list[str]) -> Any:
     """gmpmon.bpf.c, compiled by BCC or loaded from the cache (gmpmon/capture/bpfobj.py).
     BCC's compiler writes diagnostics to fds 1 and 2 (C++ streams): they are caught and
     folded into one line, like `gmpmon doctor` does."""
@@ -184,7 +189,7 @@ def _compile(bcc: Any, flags: list[str]) -> Any:
         )
     with captured_output() as lines:
         try:
-            return bpfobj.build(bcc, (PROBE_DIR / "gmpmon.bpf.c").read_bytes(),
+            return bpfobj.build((PROBE_DIR / "gmpmon.bpf.c").read_bytes(),
                                 [f"-I{PROBE_DIR}", *flags], str(PROBE_DIR), hdr)
         except Exception as e:  # BCC raises bare Exceptions for compile/load failures
             err: Exception = e
@@ -213,19 +218,21 @@ class CounterTable:
 class BpfProgram:
     """One compiled gmpmon.bpf.c for one target, with its uprobes."""
 
-    def __init__(self, info: BinaryInfo, tgid: int, plan: ProbePlan) -> None:
+    def __init__(self, info: BinaryInfo, tgid: int, plan: ProbePlan,
+                 cold_only: bool = False) -> None:
+        """``cold_only``: no hot probe will ever be attached (sample mode, no triggers)."""
         if os.geteuid() != 0:
             raise PermissionDenied("attaching uprobes needs root", hint="run with sudo")
-        bcc = import_bcc()
         self.info = info
         self.path = info.path
-        self.bpf: Any = _compile(bcc, cflags(info, tgid, plan))
+        self.ring_pages = RINGBUF_SAMPLE_PAGES if cold_only else RINGBUF_PAGES
+        self.bpf: Any = _compile(cflags(info, tgid, plan, self.ring_pages))
         release_freed_memory()  # the compiler's ~100 MB of freed heap back to the system
         self._groups: dict[str, list[int]] = {}  # group -> link fd, or perf event fds
         self._multi: bool | None = None  # uprobe_multi links work here (None: not tried)
         self._text = BinaryText(info.path)
-        self._lib: Any = bcc.lib
-        self._kprobe_type: int = bcc.BPF.KPROBE
+        self._lib: Any = bpfmaps.lib()  # attach calls without libbcc's LLVM
+        self._kprobe_type: int = bpfmaps.KPROBE
         self._prev_counters: dict[int, int] = {}
         self._prev_lost = 0
         self._prev_hits = [0] * len(HANDLERS)
@@ -436,13 +443,14 @@ TRIM_THRESHOLD = 8 << 20
 
 
 def release_freed_memory() -> None:
-    """malloc_trim(0): libbcc's in-process LLVM frees what it used to compile, but glibc keeps
-    the pages; without this gmpmon's RSS stays ~100 MB higher for the whole run.
+    """gc, then malloc_trim(0): what the attach freed goes back to the system (glibc keeps
+    free pages otherwise, in every thread's arena).
 
     Then glibc may keep up to TRIM_THRESHOLD free at the top of the heap: by default it gives
     back anything over 128 KiB at each free, so the ~256 KiB a zlib compressor allocates for
     each recorded batch (20 a second) were faulted in again every time (~3 page faults and
     15-30% of a batch's compression time)."""
+    gc.collect()  # the binary's parse leaves ~20 MB in reference cycles (Caddy)
     with contextlib.suppress(OSError, AttributeError):
         libc = ct.CDLL(None)
         libc.malloc_trim(0)

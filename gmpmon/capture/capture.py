@@ -21,7 +21,7 @@ from itertools import compress
 from operator import itemgetter
 
 from gmpmon.binary.info import BinaryInfo
-from gmpmon.capture.bpfprog import RINGBUF_PAGES, BpfProgram, ProbePlan, plan_probes
+from gmpmon.capture.bpfprog import BpfProgram, ProbePlan, plan_probes
 from gmpmon.capture.budget import CostStatus, prior_hits_per_s
 from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.gosites import GoSites
@@ -190,10 +190,11 @@ class Capture:
         """Compile and attach the always-on probes (and all of them in full mode)."""
         if self.prog is not None:
             return
-        self.prog = BpfProgram(self.info, self.pid, self.plan)
+        self.prog = BpfProgram(self.info, self.pid, self.plan, cold_only=bool(self.release_ns))
         self.prog.set_load_bias(self.info.load_bias)
         self.prog.set_hot_off(self.mode == "default")  # till a window: gm_count_windowed
-        self.ring = RingBufReader(self.prog.ringbuf_fd(), RINGBUF_PAGES * os.sysconf("SC_PAGESIZE"))
+        self.ring = RingBufReader(self.prog.ringbuf_fd(),
+                                  self.prog.ring_pages * os.sysconf("SC_PAGESIZE"))
         # Everything is compiled before anything is attached: a compile (seconds on a cache
         # miss) between the probes' first records and the sampler's first P states starts
         # the capture that much earlier, every P in whatever state a probe left it (a 2-s

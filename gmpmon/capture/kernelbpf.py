@@ -16,7 +16,6 @@ from gmpmon._bcc import (
     first_compile_error,
     header_dir,
     headers_present,
-    import_bcc,
 )
 from gmpmon.capture import bpfobj
 from gmpmon.capture.bpfprog import PROBE_DIR, CounterTable, decode_counter_key
@@ -37,7 +36,6 @@ def compile_program(src: str | tuple[str, ...], defs: dict[str, int]) -> Any:
     work: BCC only turns functions of the main file into programs.)"""
     if os.geteuid() != 0:
         raise PermissionDenied("loading BPF programs needs root", hint="run with sudo")
-    bcc = import_bcc()
     hdr, origin = header_dir()
     if not headers_present(hdr, origin):
         raise KernelHeadersError(
@@ -50,7 +48,7 @@ def compile_program(src: str | tuple[str, ...], defs: dict[str, int]) -> Any:
     src = "+".join(srcs[1:])
     with captured_output() as lines:
         try:
-            return bpfobj.build(bcc, text.encode(), flags, str(PROBE_DIR), hdr)
+            return bpfobj.build(text.encode(), flags, str(PROBE_DIR), hdr)
         except Exception as e:  # BCC raises bare Exceptions for compile/load failures
             err: Exception = e
     why = first_compile_error(lines) or str(err).splitlines()[0]

@@ -91,3 +91,44 @@ def test_a_damaged_entry_is_compiled_again(tmp_path: Path) -> None:
     finally:
         p.kill()
         p.wait()
+
+
+@pytest.mark.bpf
+def test_an_attach_from_the_cache_maps_no_compiler(tmp_path: Path) -> None:
+    """libbcc.so links LLVM and clang (~53 MB resident): a compile runs in a child process
+    (capture/bpfcompile.py) and an attach from the cache never loads it."""
+    exe = tmp_path / "demo"
+    shutil.copy(build("demo", "1.27"), exe)
+    cache = tmp_path / "cache"
+    target = subprocess.Popen([str(exe)], stdout=subprocess.DEVNULL)
+    try:
+        for how in ("compiles", "from the cache"):
+            gm = subprocess.Popen(
+                [*GM, "attach", str(target.pid), "--no-tui", "-d", "3", "--mode", "default",
+                 "--kernel", "samples,sched", "--summary-json", str(tmp_path / "s.json")],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env=env(GMPMON_CACHE_DIR=str(cache)),
+            )
+            try:
+                assert gm.stdout is not None
+                for line in gm.stdout:
+                    if line.startswith("Tracing Go scheduler"):
+                        break
+                maps = Path(f"/proc/{gm.pid}/maps").read_text()
+                hwm = [ln for ln in Path(f"/proc/{gm.pid}/status").read_text().splitlines()
+                       if ln.startswith("VmHWM")]
+                print(how, hwm)
+                assert "libLLVM" not in maps and "libbcc.so" not in maps, how
+                assert "libbcc_bpf.so" in maps  # the attach calls come from there
+                _out, err = gm.communicate(timeout=TIMEOUT)
+            finally:
+                if gm.poll() is None:
+                    gm.kill()
+                    gm.wait()
+            assert gm.returncode == 0, err[-2000:]
+            s = json.loads((tmp_path / "s.json").read_text())
+            assert s["kernel"]["samples"]["go"] > 0
+        assert len(_entries(cache)) == 2
+    finally:
+        target.kill()
+        target.wait()
