@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes as ct
 import errno
 from functools import cache
+from collections.abc import Iterator
 from typing import Any
 
 from gmpmon.capture import bpfsys
@@ -119,6 +120,11 @@ class Table:
             self._call(BPF_MAP_DELETE_ELEM, self._key(key))
         except OSError as e:
             raise KeyError(key) from e
+
+    def __iter__(self) -> Iterator[Any]:
+        """Its keys, as iterating a BCC table gives them (without this, ``for k in t`` falls
+        back to ``t[0]``, ``t[1]``... and stops at the first missing key with a KeyError)."""
+        return iter(self.keys())
 
     def keys(self) -> list[Any]:
         """Every key (BPF_MAP_GET_NEXT_KEY from none: the first key, then each next)."""

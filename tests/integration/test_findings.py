@@ -31,10 +31,11 @@ _RUNS: dict[tuple[str, str, int, tuple[str, ...]], dict[str, Any]] = {}
 
 
 def gm_run(tmp: Path, name: str, mode: str, gomaxprocs: int, *args: str,
-           go: str = GO, opts: tuple[str, ...] = ()) -> dict[str, Any]:
+           go: str = GO, opts: tuple[str, ...] = (), last: str = "done") -> dict[str, Any]:
     """``gmpmon run --mode M --record`` on a private copy of the workload; its summary JSON
     (cached: one run per workload, mode and arguments for the whole module). The recording
-    is next to it (``recording(tmp, name, mode)``)."""
+    is next to it (``recording(tmp, name, mode)``). ``last`` is what the workload prints when
+    it ends well (``scale`` prints its ops and rate, not "done")."""
     key = (f"{name}@{go}", mode, gomaxprocs, (*opts, "--", *args))
     if key in _RUNS:
         return _RUNS[key]
@@ -48,7 +49,7 @@ def gm_run(tmp: Path, name: str, mode: str, gomaxprocs: int, *args: str,
                        env=env)
     assert p.returncode == 0, f"gmpmon run failed ({p.returncode}): {p.stderr[-2000:]}"
     assert "Traceback" not in p.stderr, p.stderr
-    assert "done" in p.stdout, p.stdout[-500:]
+    assert last in p.stdout, p.stdout[-500:]
     doc: dict[str, Any] = json.loads(out.read_text())
     assert "Findings:" in p.stdout  # the text report's section
     _RUNS[key] = doc
@@ -317,7 +318,7 @@ def test_scale_64_ps_on_the_cpus_first_finding_is_gomaxprocs_above_cpus(tmp: Pat
     critical and the first finding, before its symptoms (long runs, saturation)."""
     cpus = len(os.sched_getaffinity(0))
     assert cpus * 4 <= 64, f"{cpus} CPUs: 64 Ps are not 4x them here"
-    doc = gm_run(tmp, "scale", "default", 2, "-t", "6s", opts=("-d", "4"))
+    doc = gm_run(tmp, "scale", "default", 2, "-t", "6s", opts=("-d", "4"), last="ops ")
     first = doc["findings"][0]
     assert first["id"] == "gomaxprocs-above-cpus", [f["id"] for f in doc["findings"]]
     assert first["severity"] == "critical"
