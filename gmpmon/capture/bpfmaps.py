@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ctypes as ct
 import errno
-from functools import cache
 from collections.abc import Iterator
+from functools import cache
 from typing import Any
 
 from gmpmon.capture import bpfsys

@@ -81,6 +81,10 @@ _OTHER = (0, 0, -1, SAMPLE_NOT_GO)  # the profile row of samples beyond MAX_PROF
 _REBUILD = 1024  # more new profile keys than this since the last view: sort anew
 
 
+# The bottom frame of every goroutine's stack (an assembly function: .abi0 where it is named so).
+_GOEXIT = frozenset({"runtime.goexit", "runtime.goexit.abi0"})
+
+
 class _Run:
     __slots__ = ("goid", "last", "n", "stacks", "start", "user")
 
@@ -162,7 +166,7 @@ class KernelPart(Part):
         self._search = 0
         self._run = 0
         self._sid_own: dict[int, bool] = {}  # sid -> own_frame(its stack) != ""
-        self._sid_search: dict[int, bool] = {}  # sid -> in runtime.findRunnable
+        self._sid_search: dict[int, int] = {}  # sid -> _searching(sid)
 
     # ------------------------------------------------------------------ input
 
@@ -205,6 +209,16 @@ class KernelPart(Part):
                 gs[sid] = gs.get(sid, 0) + 1
         self._track(p, goid, ts, sid, outcome != SAMPLE_KERNEL)
 
+    def _searching(self, sid: int) -> int:
+        """Stack ``sid``: 1 inside runtime.findRunnable, 2 a goroutine's (from runtime.goexit),
+        0 anything else (cached per stack id)."""
+        where = self._sid_search.get(sid)
+        if where is None:
+            stack = self.stacks.get(sid, ())
+            where = self._sid_search[sid] = (1 if in_find_runnable(stack)
+                                             else 2 if _GOEXIT & set(stack) else 0)
+        return where
+
     def _digest(self, key: tuple[int, int, int, int]) -> None:
         """One more sample in profile row ``key``: the digests the findings read."""
         sid, goid, _p, outcome = key
@@ -215,12 +229,18 @@ class KernelPart(Part):
         if outcome == SAMPLE_GO:
             self._run += 1
         elif outcome == SAMPLE_G0:
-            search = self._sid_search.get(sid)
-            if search is None:
-                search = self._sid_search[sid] = in_find_runnable(self.stacks.get(sid, ()))
-            if search:
+            if self._searching(sid) == 1:
                 self._search += 1
         else:
+            # Kernel mode: the user stack (saved at kernel entry) says whose CPU it is. A
+            # searching M's syscalls (runqgrab's usleep, futex wakes of other Ms) are search
+            # CPU; a goroutine's syscall is running CPU. Without these, a search that is mostly
+            # syscalls (idlespin: 90% of the samples in the kernel) hid below the rule's bar.
+            where = self._searching(sid)
+            if where == 1:
+                self._search += 1
+            elif where == 2:
+                self._run += 1
             return
         if not goid:
             return

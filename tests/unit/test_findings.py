@@ -589,6 +589,24 @@ def test_idle_spinning_needs_the_kernel_to_see_the_cpu(in_find_runnable: int) ->
         assert f is not None and f.evidence["findrunnable_cpus"] >= 0.1
 
 
+@pytest.mark.parametrize("stack,found", [
+    (("runtime.mstart", "runtime.schedule", "runtime.findRunnable", "runtime.stealWork",
+      "runtime.runqgrab", "runtime.usleep"), True),
+    (("runtime.goexit.abi0", "main.main.func1", "syscall.Syscall"), False)])
+def test_idle_spinning_counts_the_search_in_kernel_mode(stack: tuple[str, ...],
+                                                        found: bool) -> None:
+    """A spinning M's CPU is mostly syscalls (idlespin on 2 CPUs: 9 in 10 of its samples are
+    kernel mode, runqgrab's usleep and futex wakes): 120 kernel-mode samples whose user stack
+    is in findRunnable are search CPU; the same samples in a goroutine's syscall are not."""
+    out = spin_events() + cpu_samples(300, 0, 0, 1000 * MS)
+    out += [ev(k * 8 * MS + 3, Kind.CPU_SAMPLE, p=1, m=101, a0=3 | (P_RUNNING_ST << 8)
+               | (7 << 32)) for k in range(120)]
+    f = by_id(run(out, stacks={7: stack})).get("idle-spinning")
+    assert (f is not None) == found
+    if found:
+        assert f is not None and f.evidence["findrunnable_cpus"] >= 0.1
+
+
 def test_idle_spinning_searches_that_find_nothing() -> None:
     s = run(spin_events())  # no perf samples: the events alone
     f = by_id(s)["idle-spinning"]
