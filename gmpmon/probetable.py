@@ -29,6 +29,9 @@ ARGS = ("rax", "rbx", "rcx", "rdi", "rsi", "r8", "r9", "r10", "r11")
 ENTRY = "entry"  # the cheapest emulated instruction after the stack check that still sees
 #                  the registers read (gmpmon/binary/probes.py: find_entry_site)
 RETS = "rets"  # every RET (single-stepped: ~25 µs a hit)
+EXITS = "exits"  # the emulated branches into the RETs' tails, each with its condition (the
+#                  handler must read nothing the tail writes: R14 only); RETS where a RET
+#                  cannot be covered so, or without uprobe_multi (no cookie for the condition)
 CALL_RESULT = "call_result"  # the first jcc after each CALL <callee> (RAX = its result)
 CALL = "call"  # each CALL <callee> instruction itself (the arguments are in registers)
 LAST_CALL = "last_call"  # the last CALL <callee>, else the entry site
@@ -157,7 +160,7 @@ class Probe:
     handler: str  # on_<handler> in gmpmon.bpf.c; H_<HANDLER>; GM_PROBE(<handler>, ...)
     hid: int  # handler id: never renumber (PROBE_HITS keys in recordings)
     funcs: tuple[Role, ...]  # where, in preference order (the first this binary has)
-    site: str  # ENTRY | RETS | CALL_RESULT | CALL
+    site: str  # ENTRY | RETS | EXITS | CALL_RESULT | CALL | LAST_CALL
     hot: bool  # hot: duty-cycled in default mode, absent in sample mode
     kinds: tuple[Kind, ...]  # event kinds its C handler emits (() = state for another probe)
     feature: str  # Header.features name of what it serves
@@ -217,14 +220,14 @@ PROBES: tuple[Probe, ...] = (
           "stop-the-world ends are not seen", callee="runtime.wakep"),
     Probe("lock_enter", 18, (LOCKSLOW,), ENTRY, COLD, (), "mutex",
           LOCKSLOW.why, ra_define="LOCK_RA_OFF"),
-    Probe("lock_exit", 19, (LOCKSLOW,), RETS, COLD, (Kind.MUTEX_ADDR, Kind.MUTEX), "mutex",
+    Probe("lock_exit", 19, (LOCKSLOW,), EXITS, COLD, (Kind.MUTEX_ADDR, Kind.MUTEX), "mutex",
           LOCKSLOW.why),
     Probe("pidleput", 20, (PIDLEPUT,), ENTRY, HOT, (Kind.P_IDLE,), "idle", PIDLEPUT.why),
-    # Hot, though RET-probed: net/http makes hundreds of semaphore waits a second (fd locks,
-    # WaitGroups), which `sample` mode must not pay ~25 µs each for.
+    # Hot: net/http makes hundreds of semaphore waits a second (fd locks, WaitGroups), which
+    # `sample` mode must not pay for (~0.7 µs each at the exits, ~25 µs at a RET).
     Probe("sema_enter", 21, (SEMACQUIRE1,), ENTRY, HOT, (), "waits", SEMACQUIRE1.why,
           ra_define="SEMA_RA_OFF"),
-    Probe("sema_exit", 22, (SEMACQUIRE1,), RETS, HOT, (Kind.MUTEX_ADDR, Kind.MUTEX), "waits",
+    Probe("sema_exit", 22, (SEMACQUIRE1,), EXITS, HOT, (Kind.MUTEX_ADDR, Kind.MUTEX), "waits",
           SEMACQUIRE1.why),
     # Wake-ups without ready: the bare casgstatus(gp, _Gwaiting, _Grunnable) calls (the C
     # filters on EBX/ECX) of netpoll in findRunnable, of injectglist and of the GC worker.
@@ -261,7 +264,7 @@ def _roles() -> tuple[Role, ...]:
     for p in PROBES:
         for f in p.funcs:
             r = out[f.name]
-            if p.site == RETS and not r.rets:
+            if p.site in (RETS, EXITS) and not r.rets:
                 r = dataclasses.replace(r, rets=True)
             if p.site == CALL_RESULT and p.callee not in r.calls:
                 r = dataclasses.replace(r, calls=(*r.calls, p.callee))

@@ -737,8 +737,10 @@ static __always_inline int on_lock_enter(struct pt_regs *ctx)
     return 0;
 }
 
-/* A RET of lockSlow (single-stepped, ~25 us: acceptable, only contended locks get here).
- * R14 = the same G, possibly on another M. */
+/* lockSlow's way out: the emulated branches into its RET's tail (~0.7 µs, gmpmon/binary/
+ * exits.py; the cookie's condition is checked in gmpmon_probe), or the RET itself without
+ * uprobe_multi (single-stepped, ~25 µs, with the lock held: on Prometheus 2.42 the waiters
+ * piled up behind it). R14 = the same G, possibly on another M. */
 static __always_inline int on_lock_exit(struct pt_regs *ctx)
 {
     u64 goid = gm_goid(ctx->r14);
@@ -785,7 +787,8 @@ static __always_inline int on_sema_enter(struct pt_regs *ctx)
     return 0;
 }
 
-/* A RET of semacquire1 (single-stepped, ~25 µs: a G that blocks on a semaphore gets here).
+/* semacquire1's way out: the branches into its RETs' tails (the fast path's jcc, the call
+ * of releaseSudog), or its RETs (single-stepped, ~25 µs) without uprobe_multi.
  * In the hot tier, not the cold one: net/http alone makes hundreds of fd-lock and WaitGroup
  * waits a second, which `sample` mode must not pay for. An entry from an earlier duty-cycle
  * window is dropped: the G may have left and re-entered semacquire1 while we were detached. */
@@ -808,6 +811,7 @@ static __always_inline int on_sema_exit(struct pt_regs *ctx)
 
 /* ---- entry points --------------------------------------------------------------------- */
 
+
 /* One program for every site, attached with BPF_TRACE_UPROBE_MULTI links (kernel 6.6+):
  * the attach cookie of each site says which handler runs. One link for the cold sites and
  * one for the hot ones: attaching a link is one syscall, and closing it unregisters all its
@@ -820,8 +824,11 @@ int gmpmon_probe(struct pt_regs *ctx)
 {
     if (!gm_mine())
         return 0;
-    u32 h = (u32)bpf_get_attach_cookie(ctx);
+    u64 cookie = bpf_get_attach_cookie(ctx);
+    u32 h = (u32)cookie;
     gm_hit(h);
+    if (!gm_cond(ctx->flags, cookie >> 32))
+        return 0;
     switch (h) {
     case H_EXECUTE: return on_execute(ctx);
     case H_FINDRUNNABLE: return on_findrunnable(ctx);

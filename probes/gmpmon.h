@@ -105,4 +105,30 @@ static __always_inline u32 gm_lat_bucket(u64 ns)
     return hb * GM_LAT_SUB + sub;
 }
 
+/* An exit site's condition (gmpmon/binary/exits.py), in the high half of its attach cookie:
+ * 0 = always; else bit 4 set and the low nibble the x86 condition code of the jcc the probe
+ * sits on (taken: the jump's own cc; its fall-through: the cc with bit 0 flipped). `flags` is
+ * the user's RFLAGS in the trap's registers, as the jump is about to test them. cc >> 1 picks
+ * the test, cc & 1 negates it (Intel SDM Vol. 2, Jcc/SETcc: O, B, E, BE, S, P, L, LE).
+ * tests/unit/test_probetable.py checks it against the CPU's own SETcc. */
+static __always_inline int gm_cond(u64 flags, u64 c)
+{
+    if (!(c & 0x10))
+        return 1;
+    u64 cf = flags & 1, pf = (flags >> 2) & 1, zf = (flags >> 6) & 1;
+    u64 sf = (flags >> 7) & 1, of = (flags >> 11) & 1;
+    u64 r;
+    switch ((c >> 1) & 7) {
+    case 0: r = of; break;
+    case 1: r = cf; break;
+    case 2: r = zf; break;
+    case 3: r = cf | zf; break;
+    case 4: r = sf; break;
+    case 5: r = pf; break;
+    case 6: r = sf ^ of; break;
+    default: r = zf | (sf ^ of); break;
+    }
+    return (int)(r ^ (c & 1));
+}
+
 #endif /* GMPMON_H */

@@ -36,7 +36,17 @@ from gmpmon.errors import (
     PermissionDenied,
     UnsupportedError,
 )
-from gmpmon.probetable import CALL, CALL_RESULT, ENTRY, HANDLERS, LAST_CALL, PROBES, RETS, Probe
+from gmpmon.probetable import (
+    CALL,
+    CALL_RESULT,
+    ENTRY,
+    EXITS,
+    HANDLERS,
+    LAST_CALL,
+    PROBES,
+    RETS,
+    Probe,
+)
 
 _libc = ct.CDLL(None, use_errno=True)
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probes"
@@ -70,18 +80,23 @@ class ProbePlan:
     defines: dict[str, int] = field(default_factory=dict)  # Probe.ra_define -> RA offset
 
 
-def _sites(probe: Probe, ps: ProbeSite) -> tuple[int, ...]:
-    if probe.site == ENTRY:
-        return (ps.entry_site,)
-    if probe.site == RETS:
-        return ps.rets
-    if probe.site == CALL_RESULT:
-        return ps.call_results.get(probe.callee, ())
-    if probe.site == CALL:
-        return ps.call_sites.get(probe.callee, ())
-    if probe.site == LAST_CALL:
-        return ps.call_sites.get(probe.callee, ())[-1:] or (ps.entry_site,)
-    raise ValueError(f"unknown site rule {probe.site!r}")
+def _sites(probe: Probe, ps: ProbeSite) -> tuple[tuple[int, int], ...]:
+    """(address, condition) of each uprobe of ``probe`` (condition 0: always)."""
+    if probe.site == EXITS and ps.exits and uprobe_multi_supported():
+        return ps.exits  # the condition rides in the attach cookie: uprobe_multi only
+    if probe.site in (RETS, EXITS):
+        addrs = ps.rets
+    elif probe.site == ENTRY:
+        addrs = (ps.entry_site,)
+    elif probe.site == CALL_RESULT:
+        addrs = ps.call_results.get(probe.callee, ())
+    elif probe.site == CALL:
+        addrs = ps.call_sites.get(probe.callee, ())
+    elif probe.site == LAST_CALL:
+        addrs = ps.call_sites.get(probe.callee, ())[-1:] or (ps.entry_site,)
+    else:
+        raise ValueError(f"unknown site rule {probe.site!r}")
+    return tuple((a, 0) for a in addrs)
 
 
 def plan_probes(info: BinaryInfo) -> ProbePlan:
@@ -102,8 +117,8 @@ def plan_probes(info: BinaryInfo) -> ProbePlan:
             if not any(p.fallback_for == probe.handler for p in PROBES):
                 plan.missing[probe.handler] = probe.why
             continue
-        for a in addrs:
-            (plan.hot if probe.hot else plan.cold).append(Site(probe, a, ps.symbol))
+        for a, cond in addrs:
+            (plan.hot if probe.hot else plan.cold).append(Site(probe, a, ps.symbol, cond))
         if probe.ra_define:
             plan.defines[probe.ra_define] = -ps.entry_sp_delta
         placed.add(probe.handler)
@@ -260,7 +275,7 @@ class BpfProgram:
             self._multi = uprobe_multi_supported()
         if self._multi:
             try:
-                fd = self._link_multi(offsets, [s.hid for s in sites])
+                fd = self._link_multi(offsets, [s.cookie for s in sites])
             except OSError as e:
                 raise _attach_error(e) from e
             self._groups[group] = [fd]

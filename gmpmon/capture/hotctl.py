@@ -83,6 +83,7 @@ class HotConfig:
     path: str  # the binary the hot sites are in
     offsets: list[int]  # file offsets of the hot sites
     cookies: list[int]  # their handler ids
+    links: list[int]  # their attach cookies (Site.cookie: the id and an exit's condition)
     hot_ids: list[int]  # handler ids whose hits are hot
     n_handlers: int
     pid: int
@@ -239,8 +240,8 @@ class Controller:
         last = self._last_window_hits
         heat = {h: (last.get(h, -1), STATIC_HEAT.get(HANDLER_NAMES[h], 0)
                     if h < len(HANDLER_NAMES) else 0) for h in set(self.cfg.cookies)}
-        pairs = sorted(zip(self.cfg.offsets, self.cfg.cookies, strict=True),
-                       key=lambda oc: heat[oc[1]])
+        pairs = sorted(zip(self.cfg.offsets, self.cfg.links, strict=True),
+                       key=lambda oc: heat[oc[1] & 0xFFFFFFFF])
         return [o for o, _ in pairs], [c for _, c in pairs]
 
     def window_cap(self, window_s: float) -> float:
@@ -521,10 +522,11 @@ def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
             raise CaptureError(f"{s.role} at {s.addr:#x} is outside the file's segments")
         offsets.append(off)
     cookies = [s.hid for s in sites]
+    links = [s.cookie for s in sites]
     hit_cost = float(os.environ.get("GMPMON_HIT_COST_US", "0") or 0) * 1e-6
     return HotConfig(
         prog_fd=fn.fd, hits_fd=prog.bpf[b"hits"].map_fd, cfg_fd=prog.bpf[b"cfg"].map_fd,
-        path=prog.path, offsets=offsets, cookies=cookies, hot_ids=sorted(set(cookies)),
+        path=prog.path, offsets=offsets, cookies=cookies, links=links, hot_ids=sorted(set(cookies)),
         n_handlers=len(HANDLERS), pid=pid, budget_pct=budget_pct, window_ns=window_ns,
         period_ns=period_ns, hit_cost_s=hit_cost, prior=prior,
     )

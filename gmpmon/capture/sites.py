@@ -19,14 +19,19 @@ class Site:
     probe: Probe
     addr: int  # link-time virtual address in the file
     role: str  # which runtime function symbol (for messages and docs)
+    cond: int = 0  # EXITS: fire only when this x86 condition holds (gmpmon/binary/exits.py)
 
     @property
     def hot(self) -> bool:  # hot probes are duty-cycled in default mode, absent in sample
         return self.probe.hot
 
     @property
-    def hid(self) -> int:  # the attach cookie
+    def hid(self) -> int:  # the handler id
         return self.probe.hid
+
+    @property
+    def cookie(self) -> int:  # the attach cookie: the handler id, the condition above it
+        return self.probe.hid | self.cond << 32
 
 
 class BinaryText:

@@ -190,7 +190,9 @@ def lock_contention(ctx: Context) -> Finding | None:
     wall = wait / ctx.duration_ns if ctx.duration_ns else 0.0
     if share < th.lock_share or wall < th.lock_wait_share or count < th.lock_min:
         return None
-    stack = snap.mutex_stacks[0].stack if snap.mutex_stacks else ()
+    # The named lock's own waiters' stack (the heaviest stack overall may be another lock's:
+    # Prometheus, sample mode, named the Tracer mutex at headIndexReader.Series).
+    stack = snap.mutex_addr_stack.get(addr, ())
     site = _site(stack)
     # Critical: as many goroutines wait on it, on average, as there are Ps to run them
     # (one waiter among 16 requests in flight on 2 Ps is contention, not a stall).

@@ -231,7 +231,7 @@ class KernelPart(Part):
         elif outcome == SAMPLE_G0:
             if self._searching(sid) == 1:
                 self._search += 1
-        else:
+        elif outcome == SAMPLE_KERNEL:
             # Kernel mode: the user stack (saved at kernel entry) says whose CPU it is. A
             # searching M's syscalls (runqgrab's usleep, futex wakes of other Ms) are search
             # CPU; a goroutine's syscall is running CPU. Without these, a search that is mostly
@@ -242,6 +242,8 @@ class KernelPart(Part):
             elif where == 2:
                 self._run += 1
             return
+        else:
+            return  # an outcome this version does not know
         if not goid:
             return
         own = self._sid_own.get(sid)

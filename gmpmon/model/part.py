@@ -24,6 +24,7 @@ from gmpmon.events import EventTuple, Header
 
 Handler = Callable[[EventTuple], None]
 V = TypeVar("V")
+K = TypeVar("K")
 
 
 @dataclass
@@ -115,7 +116,7 @@ class View:
     cutoff: int  # spans that ended before this are outside the timeline window
 
 
-def add_row(table: dict[int, list[int]], key: int, count: int, ns: int) -> None:
+def add_row(table: dict[K, list[int]], key: K, count: int, ns: int) -> None:
     """table[key] += [count, ns] (the (count, total ns) rows several parts keep)."""
     row = table.get(key)
     if row is None:

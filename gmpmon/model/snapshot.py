@@ -171,6 +171,9 @@ class Snapshot:
     # Blocking waits by kind (LOCK_KIND_NAMES), sync.Mutex included: name -> (count, wait ns).
     # The mutex_* fields above are sync.Mutex only; the other kinds' stacks are here:
     waits_by_kind: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # sync.Mutex: the stack with the most wait at each of the locks with the most wait (a
+    # label: over the whole run, also in an interval's delta)
+    mutex_addr_stack: dict[int, tuple[str, ...]] = field(default_factory=dict)
     wait_stacks: tuple[MutexStack, ...] = ()  # RWMutex / semaphore waits, by wait_ns desc
     # The runtime's own counters and the goroutine census (gmpmon.model.runtime); None when
     # the capture had neither (older recordings).

@@ -27,6 +27,8 @@ class Waits(Part):
         self.mutex_wait_ns = 0
         self.by_stack: dict[int, list[int]] = {}  # sync.Mutex: stack id -> [n, ns]
         self.by_addr: dict[int, list[int]] = {}  # sync.Mutex: lock address -> [n, ns]
+        # sync.Mutex: (address, stack id) -> [n, ns]: whose stack a lock's waits came from
+        self.by_addr_stack: dict[tuple[int, int], list[int]] = {}
         self.addr_of_g: dict[int, tuple[int, int]] = {}  # goid -> (addr, LockKind)
         self.by_kind: dict[int, list[int]] = {}  # LockKind -> [count, ns]
         self.other_by_stack: dict[tuple[int, int], list[int]] = {}  # (kind, stack) -> [n, ns]
@@ -67,6 +69,18 @@ class Waits(Part):
         add_row(self.by_stack, a1, 1, a0)
         if addr >= 0:
             add_row(self.by_addr, addr, 1, a0)
+            add_row(self.by_addr_stack, (addr, a1), 1, a0)
+
+    def _addr_stacks(self, top: int = 8) -> dict[int, tuple[str, ...]]:
+        """The stack with the most wait on each of the ``top`` locks with the most wait: a
+        lock's site is its own waiters', never another lock's."""
+        best: dict[int, tuple[int, int]] = {}  # addr -> (ns, stack id)
+        for (addr, sid), (_n, ns) in self.by_addr_stack.items():
+            if ns > best.get(addr, (-1, 0))[0]:
+                best[addr] = (ns, sid)
+        heavy = sorted(self.by_addr.items(), key=lambda kv: (-kv[1][1], kv[0]))[:top]
+        stacks = self.ctx.stacks
+        return {a: stacks.get(best[a][1], MISSED_STACK) for a, _r in heavy if a in best}
 
     def section(self, at: object) -> dict[str, object]:
         stacks = self.ctx.stacks
@@ -83,6 +97,7 @@ class Waits(Part):
             "mutex_wait_ns": self.mutex_wait_ns,
             "mutex_stacks": tuple(mutex),
             "mutex_by_addr": {a: (r[0], r[1]) for a, r in sorted(self.by_addr.items())},
+            "mutex_addr_stack": self._addr_stacks(),
             "waits_by_kind": {
                 lock_kind_name(k): (r[0], r[1]) for k, r in sorted(self.by_kind.items())
             },

@@ -531,6 +531,29 @@ def test_lock_contention_one_address_names_the_site() -> None:
     assert "main.(*ledger).record" in f.title
 
 
+def test_lock_contention_names_the_locks_own_site() -> None:
+    """The lock with the most wait (0xc000100: 12 waits of 25 ms, 8 from one stack, 4 from
+    another) is named with its own heaviest stack (200 ms), not with another lock's one stack
+    that waited longer (0xc000200: 10 waits, 240 ms): Prometheus in sample mode named its
+    Tracer mutex at the index reader's site."""
+    out = sleeper_events(seconds=1)
+    for k in range(12):
+        t = k * 40 * MS
+        out += [ev(t, Kind.MUTEX_ADDR, g=30 + k, a0=0xC000100, a1=int(LockKind.MUTEX)),
+                ev(t, Kind.MUTEX, g=30 + k, a0=25_000_000, a1=1 if k < 8 else 3)]
+    for k in range(10):
+        t = k * 40 * MS + 7
+        out += [ev(t, Kind.MUTEX_ADDR, g=60, a0=0xC000200, a1=int(LockKind.MUTEX)),
+                ev(t, Kind.MUTEX, g=60, a0=24_000_000, a1=2)]
+    other = ("runtime.goexit.abi0", "main.index", "main.(*index).series",
+             "internal/sync.(*Mutex).lockSlow")
+    s = run(out, stacks={1: STACK, 2: other, 3: ("main.rare",)})
+    f = by_id(s)["lock-contention"]
+    assert f.evidence["addr"] == "0xc000100"
+    assert s.mutex_stacks[0].stack == other  # the heaviest stack is the other lock's
+    assert f.evidence["site"] == "main.(*ledger).record"
+
+
 # ---------------------------------------------------------------- goroutine-leak
 
 def test_goroutine_leak_steady_growth_and_the_wait_reason() -> None:

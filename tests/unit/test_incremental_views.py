@@ -88,13 +88,21 @@ def ref_outside(kern: KernelView) -> dict[tuple[str, ...], int]:
 
 
 def ref_search(kern: KernelView) -> tuple[int, int]:
+    """(search, run) samples: g0 in findRunnable; goroutines in user mode; kernel mode by the
+    user stack (findRunnable: search, a goroutine's from runtime.goexit: run)."""
     search = run = 0
     for sid, _goid, _p, outcome, n in kern.profile:
+        stack = kern.stacks.get(sid, ())
+        finding = any(f.startswith("runtime.findRunnable") for f in stack)
         if outcome == SAMPLE_G0:
-            if any(f.startswith("runtime.findRunnable") for f in kern.stacks.get(sid, ())):
-                search += n
+            search += n * finding
         elif outcome == SAMPLE_GO:
             run += n
+        elif outcome == SAMPLE_KERNEL:
+            if finding:
+                search += n
+            elif any(f in ("runtime.goexit", "runtime.goexit.abi0") for f in stack):
+                run += n
     return search, run
 
 

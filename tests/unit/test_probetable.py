@@ -130,7 +130,7 @@ def test_roles_cover_every_probe_function() -> None:
     for p in PROBES:
         assert {f.name for f in p.funcs} <= names
         calls = (probetable.CALL, probetable.CALL_RESULT, probetable.LAST_CALL)
-        assert p.site in (probetable.ENTRY, probetable.RETS, *calls)
+        assert p.site in (probetable.ENTRY, probetable.RETS, probetable.EXITS, *calls)
         assert (p.site in calls) == bool(p.callee)
         if p.fallback_for:
             assert p.fallback_for in probetable.BY_HANDLER
@@ -177,3 +177,59 @@ def test_counter_key_and_latency_bucket_compiled_from_the_header(tmp_path: Path)
         assert decode_counter_key(key) == (t, p, k), (t, p, k)
         assert bucket == lat_bucket(ns), ns
     assert len(out) == len(rows) + 1
+
+
+_C_COND = r"""
+#include <stdio.h>
+#include <stdint.h>
+typedef uint64_t u64; typedef uint32_t u32; typedef int32_t s32; typedef int64_t s64;
+#define __always_inline inline
+#include "gmpmon.h"
+/* SETcc for each condition code, after the same CMP: the CPU's own answer. */
+#define SET(cc, name) __asm__ volatile("cmp %2, %1\n\t" "set" name " %0" \
+                                       : "=q"(got[cc]) : "r"(a), "r"(b) : "cc")
+int main(void) {
+    long long a, b;
+    while (scanf("%lld %lld", &a, &b) == 2) {
+        unsigned char got[16];
+        u64 flags;
+        __asm__ volatile("cmp %2, %1\n\t" "pushfq\n\t" "popq %0"
+                         : "=r"(flags) : "r"(a), "r"(b) : "cc");
+        SET(0, "o"); SET(1, "no"); SET(2, "b"); SET(3, "ae"); SET(4, "e"); SET(5, "ne");
+        SET(6, "be"); SET(7, "a"); SET(8, "s"); SET(9, "ns"); SET(10, "p"); SET(11, "np");
+        SET(12, "l"); SET(13, "ge"); SET(14, "le"); SET(15, "g");
+        for (int cc = 0; cc < 16; cc++)
+            printf("%d%d", got[cc], gm_cond(flags, 0x10 | cc));
+        printf(" %d\n", gm_cond(flags, 0) + gm_cond(flags, cc_none()));
+    }
+    return 0;
+}
+"""
+
+
+def test_exit_condition_agrees_with_the_cpus_setcc(tmp_path: Path) -> None:
+    """gm_cond (probes/gmpmon.h) on RFLAGS after a CMP against the CPU's SETcc after the same
+    CMP, for all 16 condition codes: the exit probes' filter is what the jump would do."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.fail("no C compiler (scripts/setup installs gcc)")
+    src = tmp_path / "c.c"
+    src.write_text(_C_COND.replace("cc_none()", "0x0f"))
+    exe = tmp_path / "c"
+    subprocess.run([cc, "-O1", "-I", str(REPO / "probes"), "-o", str(exe), str(src)],
+                   check=True, capture_output=True)
+    vals = [0, 1, -1, 2, 0x7F, 0x80, 0xFF, (1 << 31) - 1, -(1 << 31), (1 << 63) - 1, -(1 << 63),
+            3, -3, 1 << 40]
+    pairs = [(a, b) for a in vals for b in vals]
+    out = subprocess.run([str(exe)], input="".join(f"{a} {b}\n" for a, b in pairs),
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(out) == len(pairs)
+    seen = set()
+    for (a, b), line in zip(pairs, out, strict=True):
+        bits, always = line.split()
+        assert always == "2", (a, b)  # no condition bit: always fires
+        for c in range(16):
+            cpu, ours = bits[2 * c], bits[2 * c + 1]
+            assert cpu == ours, f"cc {c:#x} after cmp {a}, {b}: cpu {cpu}, gm_cond {ours}"
+            seen.add((c, cpu))
+    assert len(seen) == 32  # every condition seen both true and false
