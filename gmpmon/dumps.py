@@ -7,10 +7,16 @@ opens it like any recording.
 Bounded: the look-back keeps at most PRE_MAX_EVENTS events (oldest batches dropped first),
 and one dump is written at a time (a trigger while one is open extends nothing: the open
 dump already holds it).
+
+``--dump-dir`` may be writable by others. A dump's name that exists there (a planted
+symlink, a file) is skipped, never replaced or written through (O_EXCL|O_NOFOLLOW), and so
+is a dump that cannot be written (the directory went away or is full); each is one line,
+and the capture goes on to the next trigger.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import deque
@@ -35,7 +41,8 @@ def dump_name(header: Header, ts: int, spec: TriggerSpec) -> str:
 
 
 class DumpKeeper:
-    """Fed every batch the model gets; writes dumps into ``dump_dir``."""
+    """Fed every batch the model gets (on the model thread); writes dumps into ``dump_dir``.
+    Its lines for the user are taken by another thread (``take_notes``)."""
 
     def __init__(self, header: Header, specs: list[TriggerSpec], dump_dir: str) -> None:
         self.header = header
@@ -46,20 +53,35 @@ class DumpKeeper:
         self._writer: RecordingWriter | None = None
         self._until = 0
         self.written: list[str] = []  # paths of finished dumps
-        self.notes: list[str] = []  # one line per dump, for the user (stderr)
+        self.skipped: list[str] = []  # paths of dumps not written, or not to their end
+        self._notes: deque[str] = deque()  # one line per dump, not yet said
+        self._tallied = False
+
+    def take_notes(self, final: bool = False) -> list[str]:
+        """The lines not said yet; ``final`` (the run's end) adds, once, a tally when a dump
+        was skipped."""
+        out = []
+        with contextlib.suppress(IndexError):
+            while True:
+                out.append(self._notes.popleft())
+        if final and self.skipped and not self._tallied:
+            self._tallied = True  # once: the TUI's watchdog may end the outputs repeatedly
+            out.append(f"dumps in {self.dump_dir}: {len(self.written)} written, "
+                       f"{len(self.skipped)} skipped")
+        return out
 
     def feed(self, batch: Batch, stacks: Mapping[int, tuple[str, ...]]) -> None:
         ev = batch.events
         if self._writer is not None:
-            self._writer.write(batch)
-            if ev and ev[-1][0] >= self._until:
+            self._write(batch)
+            if self._writer is not None and ev and ev[-1][0] >= self._until:
                 self._finish()
         else:
             # Capture appends TRIGGER events at the end of their batch (a DROP may follow).
             trig = next((e for e in ev[-3:] if e[1] == _TRIGGER), None)
             if trig is not None:
                 self._start(trig[0], trig[4], trig[5], stacks)
-                self._writer_write_pre(batch)
+                self._write_pre(batch)
         if self._writer is None:
             self._keep(batch, ev[-1][0] if ev else 0)
 
@@ -79,36 +101,63 @@ class DumpKeeper:
                ) -> None:
         spec = self.specs[idx] if 0 <= idx < len(self.specs) else TriggerSpec("?", "?", 0)
         path = os.path.join(self.dump_dir, dump_name(self.header, ts, spec))
-        # --dump-dir may be writable by others: a name that exists (a planted symlink, a
-        # file) is skipped and said, never written through, and the capture goes on.
-        if os.path.lexists(path):
-            self.notes.append(f"trigger {spec.text} fired; dump {path} already exists: "
-                              "skipped (not overwritten)")
-            return
         try:
             self._writer = RecordingWriter(path, self.header, stacks=dict(stacks),
-                                           extra={"trigger": spec.text, "trigger_ts": ts})
-        except GmpmonError as e:  # planted meanwhile, or the directory went away
-            self.notes.append(f"trigger {spec.text} fired; dump skipped: {e.one_line()}")
+                                           extra={"trigger": spec.text, "trigger_ts": ts},
+                                           new_only=True)
+        except FileExistsError:
+            self._skip(path, f"trigger {spec.text} fired; dump {path} already exists: "
+                       "skipped (not overwritten)")
+            return
+        except (GmpmonError, OSError) as e:
+            self._skip(path, f"trigger {spec.text} fired; dump {path} skipped: {_why(e)}")
             return
         self._until = ts + burst_ns + int(POST_S * 1e9)
-        self.notes.append(f"trigger {spec.text} fired; dump {path}")
+        self._notes.append(f"trigger {spec.text} fired; dump {path}")
 
-    def _writer_write_pre(self, batch: Batch) -> None:
+    def _skip(self, path: str, note: str) -> None:
+        self.skipped.append(path)
+        self._notes.append(note)
+
+    def _write_pre(self, batch: Batch) -> None:
         if self._writer is None:  # skipped
             return
         for b in self._pre:
-            self._writer.write(b)
+            self._write(b)
         self._pre.clear()
         self._pre_events = 0
-        self._writer.write(batch)
+        self._write(batch)
+
+    def _write(self, batch: Batch) -> None:
+        """A dump that cannot be written to its end is given up, not the capture."""
+        w = self._writer
+        if w is None:
+            return
+        try:
+            w.write(batch)
+        except (GmpmonError, OSError) as e:
+            self._writer = None
+            with contextlib.suppress(GmpmonError, OSError):
+                w.close()
+            self._skip(w.path, f"dump {w.path} given up: {_why(e)}")
 
     def _finish(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self.written.append(self._writer.path)
-            self._writer = None
+        w, self._writer = self._writer, None
+        if w is None:
+            return
+        try:
+            w.close()
+        except (GmpmonError, OSError) as e:
+            self._skip(w.path, f"dump {w.path} given up: {_why(e)}")
+            return
+        self.written.append(w.path)
 
     def close(self) -> None:
         """End of the run: a dump still open is closed with what it has."""
         self._finish()
+
+
+def _why(e: GmpmonError | OSError) -> str:
+    if isinstance(e, GmpmonError):
+        return e.one_line()
+    return e.strerror or str(e)

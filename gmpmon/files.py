@@ -57,6 +57,20 @@ def open_private(path: str) -> BinaryIO:
     raise OutputPathError(f"{path}: keeps reappearing; refusing to write")
 
 
+def open_new_private(path: str) -> BinaryIO:
+    """Create ``path`` mode 0600 only if no name is there, not even a dangling symlink
+    (O_EXCL|O_NOFOLLOW): nothing is replaced or written through. Unbuffered. Raises
+    FileExistsError when the name exists, OutputPathError for any other refusal."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        raise OutputPathError(f"{path}: {e.strerror}") from None
+    return os.fdopen(fd, "wb", buffering=0)
+
+
 def unique_path(directory: Path, stem: str, suffix: str) -> Path:
     """``directory/stem-YYYYmmdd-HHMMSS[-n]suffix`` that does not exist yet."""
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 
 from gmpmon.errors import GmpmonError, RecordingError
 from gmpmon.events import Batch, EventTuple, Header
-from gmpmon.files import open_private
+from gmpmon.files import open_new_private, open_private
 from gmpmon.priority import name_thread
 
 MAGIC = b"GMPMONRC"
@@ -273,14 +273,16 @@ class RecordingWriter:
         extra: dict[str, Any] | None = None,
         stacks: Mapping[int, tuple[str, ...]] | None = None,
         background: bool = False,
+        new_only: bool = False,
     ) -> None:
         """``stacks``: stack ids already defined by earlier batches of a live run (a recording
-        started mid-run), written first so that the file stands on its own."""
+        started mid-run), written first so that the file stands on its own. ``new_only``:
+        a name that exists is not replaced (FileExistsError; flight-recorder dumps)."""
         self.path = path
         self.batches = 0
         self.events = 0
         self.bytes = 0
-        self._f: BinaryIO | None = open_private(path)
+        self._f: BinaryIO | None = open_new_private(path) if new_only else open_private(path)
         self._cv = threading.Condition()
         self._backlog: collections.deque[Batch | None] = collections.deque()
         self._queued = 0  # events in _backlog

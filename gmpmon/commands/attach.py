@@ -84,7 +84,8 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                    help="how long a trigger arms the hot probes (default: %(default)s)")
     p.add_argument("--dump-dir", metavar="DIR",
                    help="write a recording per trigger here: the burst and the seconds "
-                   "before it (open with `gmpmon replay`)")
+                   "before it (open with `gmpmon replay`); a name already there is "
+                   "skipped, never overwritten")
     p.add_argument(
         "--kernel", type=_kernel_arg, default=DEFAULT_KERNEL, metavar="LIST",
         help="kernel sources, comma-separated: samples (perf-event samples, --sample-hz: "
@@ -294,6 +295,7 @@ def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) ->
                     stop.end("stdout closed")
                 prev = snap  # the next line counts from here: the last interval only
             next_line += args.interval
+        say_dumps(session)  # as they happen: a skipped dump does not end the capture
     if session.target_exited:
         why = session.state().exit_reason or "exited"
         say(f"gmpmon: target {h.pid} {why}; writing what was captured")
@@ -320,10 +322,13 @@ def finish_outputs(session: LiveSession, args: argparse.Namespace) -> None:
                 write_output(fmt, session.header, snap, path)
         if args.no_tui or not sys.stdout.isatty():
             say(report.text_report(snap, width=report.terminal_width(sys.stdout)), sys.stdout)
-    if session.dumps is not None:
-        for note in session.dumps.notes:
-            say(f"gmpmon: {note}")
-        session.dumps.notes.clear()
+    say_dumps(session, final=True)
+
+
+def say_dumps(session: LiveSession, final: bool = False) -> None:
+    """The flight recorder's lines not said yet: a dump written or skipped."""
+    for note in session.dumps.take_notes(final) if session.dumps is not None else ():
+        say(f"gmpmon: {note}")
 
 
 def thread_failure(session: LiveSession) -> int:

@@ -37,12 +37,31 @@ def parse_listen(spec: str) -> tuple[str, int]:
     return host, port
 
 
-# At most this many connections are served at once (a thread each). Past it, the connection
-# that has waited longest for its request to arrive is closed to make room: 500 slow
-# clients cannot crowd out a scrape, whose request comes in one packet. A request must
-# arrive within REQUEST_TIMEOUT_S, and no read or write of a connection may stall longer.
+# At most MAX_CONNECTIONS connections are served at once (a thread each). Past it, the one
+# that has waited longest for its request is closed to make room: 500 slow clients cannot
+# crowd out a scrape, whose request comes in one packet; when every slot is answering a
+# request, the new connection is closed at once (the scraper retries at its next interval).
+# Each connection has deadlines for its whole request and its whole life, kept by the
+# accept loop: a per-read timeout alone let a client sending a byte a second keep its
+# thread for as long as it liked.
 MAX_CONNECTIONS = 64
-REQUEST_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 5.0  # the request line and headers, all of them; also each read/write
+CONNECTION_TIMEOUT_S = 30.0  # accept to the response's last byte
+_POLL_S = 0.5  # how often serve_forever checks the deadlines (service_actions)
+
+
+class _Conn:
+    __slots__ = ("accepted", "answering")
+
+    def __init__(self) -> None:
+        self.accepted = time.monotonic()
+        self.answering = False  # its request has arrived: the response is being made
+
+
+def _hang_up(sock: socket.socket) -> None:
+    """Its thread's next read or write ends at once (EOF or EPIPE); it closes the socket."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Server(ThreadingHTTPServer):
@@ -57,37 +76,65 @@ class _Server(ThreadingHTTPServer):
         except ValueError:
             family = socket.AF_INET  # a host name: bind resolves it
         self.address_family = family
+        # Guards _open. A socket is hung up only while it is in _open and under the lock,
+        # and leaves _open (under the lock) before its thread closes it: never a shutdown()
+        # of a closed socket whose descriptor was reused.
         self._lock = threading.Lock()
-        # Connections being served -> (accepted at, its request has been read).
-        self._open: dict[socket.socket, list[Any]] = {}
-        self.evicted = 0
+        self._open: dict[socket.socket, _Conn] = {}
+        self.evicted = 0  # closed to make room for a newer connection
+        self.refused = 0  # closed on arrival: every slot was answering
+        self.timed_out = 0  # closed at a deadline
         super().__init__(addr, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._lock:
-            if len(self._open) >= MAX_CONNECTIONS:
-                waiting = [(v[0], s) for s, v in self._open.items() if not v[1]]
-                if not waiting:  # every slot is writing a response: refuse this one
-                    self.shutdown_request(request)
-                    return
-                _, oldest = min(waiting, key=lambda w: w[0])
-                del self._open[oldest]
-                self.evicted += 1
-                with contextlib.suppress(OSError):
-                    oldest.shutdown(socket.SHUT_RDWR)  # its thread ends on the closed socket
-            self._open[request] = [time.monotonic(), False]
+            full = len(self._open) >= MAX_CONNECTIONS
+            if full:
+                oldest = min((s for s, c in self._open.items() if not c.answering),
+                             key=lambda s: self._open[s].accepted, default=None)
+                if oldest is not None:
+                    del self._open[oldest]
+                    _hang_up(oldest)
+                    self.evicted += 1
+                    full = False
+            if not full:
+                self._open[request] = _Conn()
+        if full:  # every slot is answering a request
+            self.refused += 1
+            super().shutdown_request(request)
+            return
         super().process_request(request, client_address)
 
-    def request_read(self, request: Any) -> None:
+    def service_actions(self) -> None:
+        """Called by serve_forever after each accept and at least every _POLL_S."""
+        now = time.monotonic()
         with self._lock:
-            v = self._open.get(request)
-            if v is not None:
-                v[1] = True
+            late = [s for s, c in self._open.items() if now - c.accepted > (
+                CONNECTION_TIMEOUT_S if c.answering else REQUEST_TIMEOUT_S)]
+            for s in late:
+                del self._open[s]
+                _hang_up(s)
+            self.timed_out += len(late)
+        super().service_actions()
+
+    def request_arrived(self, request: Any) -> None:
+        with self._lock:
+            c = self._open.get(request)
+            if c is not None:
+                c.answering = True
 
     def shutdown_request(self, request: Any) -> None:
         with self._lock:
             self._open.pop(request, None)
         super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        """Hang up on every client first: closing joins the connection threads."""
+        with self._lock:
+            for s in self._open:
+                _hang_up(s)
+            self._open.clear()
+        super().server_close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away, timed out or was closed to make room: nothing to say
@@ -108,18 +155,9 @@ def serve_registry(registry: CollectorRegistry, host: str, port: int) -> _Server
         server_version = "gmpmon"
         timeout = REQUEST_TIMEOUT_S  # per read and write of the connection
 
-        def setup(self) -> None:
-            super().setup()
-            # The whole request (line and headers) within REQUEST_TIMEOUT_S, not per read:
-            # a client trickling a byte a second would otherwise hold its thread forever.
-            self._deadline = time.monotonic() + REQUEST_TIMEOUT_S
-
         def parse_request(self) -> bool:
             ok: bool = super().parse_request()
-            if time.monotonic() > self._deadline:
-                self.close_connection = True
-                return False
-            self.server.request_read(self.request)
+            self.server.request_arrived(self.request)
             return ok
 
         def do_GET(self) -> None:
@@ -149,5 +187,6 @@ def serve_registry(registry: CollectorRegistry, host: str, port: int) -> _Server
         server = _Server((host, port), Handler)
     except OSError as e:
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
-    threading.Thread(target=server.serve_forever, name="gmpmon-http", daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(_POLL_S,), name="gmpmon-http",
+                     daemon=True).start()
     return server
