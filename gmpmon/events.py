@@ -128,7 +128,14 @@ RT_PTICK           Per-P tick deltas: p = P id, a0 = ``schedtick`` delta (gorout
                    scheduled), a1 = ``syscalltick`` delta (syscalls). Only when non-zero.
 RT_MISSING         Once per feature this Go version or binary lacks: a0 = :class:`RtFeature`;
                    a1 = 1 when its reader stopped mid-run instead (the target's memory held
-                   an implausible pointer or count, capture/targetmem.py), else 0.
+                   an implausible pointer or count, capture/targetmem.py), else 0; then
+                   g = the one-line reason's id into ``Batch.stacks`` (:func:`reader_note_id`;
+                   0 = not said).
+RT_SKIPPED         A reader of the target's memory skipped reads and went on (one element's
+                   pointer was implausible or led to no mapped page: one G of ``allgs``, one
+                   P's M): a0 = :class:`RtFeature`, a1 = reads skipped since the previous
+                   RT_SKIPPED of that feature, g = the first skip's reason as an id into
+                   ``Batch.stacks`` (:func:`reader_note_id`).
 RT_GC              One GC/heap value of the runtime's memory (memstats, gcController,
                    work.cpuStats), sent at the first read and when it changes: g =
                    :class:`GcField`, a1 = its value now (GOGC as an int32 in the low 32 bits).
@@ -143,7 +150,8 @@ CENSUS_G           G ``g`` is alive with go site a0 (as GO_CREATE's a1), sent on
                    goroutine (again only if its site changed); a0 = 0: G ``g`` has left
                    ``allgs``' live set since the previous complete walk.
 CENSUS_END         a0 = goroutines walked, a1 = :class:`CensusCut` flags (0 = complete),
-                   g = walk duration ns.
+                   g = walk duration ns, m = ``allgs`` entries skipped (a pointer outside user
+                   space or to no mapped page: not counted).
 CENSUS_STACK       A group of goroutines parked at the same stack (recording format 2+):
                    a0 = key as CENSUS_STATE's, a1 = goroutines, g = the wait stack's id into
                    ``Batch.stacks`` (from :data:`CENSUS_STACK_BASE`; root first, the leaf
@@ -233,6 +241,7 @@ class Kind(IntEnum):
     RT_TOTAL = 42
     RT_PTICK = 43
     RT_MISSING = 44
+    RT_SKIPPED = 45
     RT_GC = 47
     CENSUS_BEGIN = 50
     CENSUS_STATE = 51
@@ -424,6 +433,15 @@ CENSUS_SITE_BASE = 1 << 32
 GO_SITE_BASE = 1 << 34
 # Stack ids of census wait stacks (CENSUS_STACK g) start here.
 CENSUS_STACK_BASE = 1 << 36
+# Ids of readers' one-line notes (RT_MISSING g, RT_SKIPPED g: one string each) start here.
+READER_NOTE_BASE = 1 << 38
+
+
+def reader_note_id(feature: int, stopped: bool) -> int:
+    """The ``Batch.stacks`` id of a reader's note: why it stopped, or its first skip."""
+    return READER_NOTE_BASE + 2 * feature + int(stopped)
+
+
 MAX_STACK_FRAMES = 32  # frames kept of a wait stack (the leaf end: where it parked)
 MAX_STACK_GROUPS = 200  # CENSUS_STACK groups sent per walk at most (the largest)
 class CgroupField(IntEnum):

@@ -21,6 +21,7 @@ from gmpmon.model.quantities import Measured, bucket_edges, max_is_measured, mea
 from gmpmon.model.rthist import bucket_bounds
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
+from gmpmon.report_readers import reader_lines, walk_line
 from gmpmon.thinning import fidelity, fmt_k, thinning, thinning_line
 
 WIDTH = 80
@@ -325,7 +326,8 @@ def goroutine_lines(snap: Snapshot, qs: dict[str, Measured | None]) -> list[str]
     if live is not None:
         out.append("  live is runtime.NumGoroutine's count (go_goroutines); system ones apart")
         if c is not None and live.source != "census" and c.goroutines != live.value:
-            out.append(f"  the census #{c.seq} counted {c.goroutines}: an earlier instant")
+            why = f"{c.skipped} Gs unreadable" if c.skipped else "an earlier instant"
+            out.append(f"  the census #{c.seq} counted {c.goroutines}: {why}")
         out.append("  a pprof goroutine profile adds the goroutines serving its request;")
         out.append("  a client_golang go_goroutines adds its scrape's collector goroutines")
     return out
@@ -463,18 +465,15 @@ def runtime_lines(rv: RuntimeView | None, *, top: int = 5, go_version: str = "")
             else ""
         )
         out.append(f"  mutex wait total {fmt_ns(rv.mutex_wait_ns)}{lock}")
-    for m in rv.missing:
-        stopped = " (its reader stopped: the target's memory held an implausible value)"
-        out.append(f"  not available: {m}{stopped if m in rv.stopped else ''}")
+    out.extend(reader_lines(rv))
     c = rv.census
     if c is not None:
-        cut = f", cut short: {', '.join(c.cut)}" if c.cut else ""
         out.append("")
         out.append(
             f"Goroutine census #{c.seq} (source: {c.source}): {c.goroutines} goroutines "
             f"+ {c.system} runtime"
         )
-        out.append(f"  {c.walked} G structs walked in {fmt_ns(c.duration_ns)}{cut}")
+        out.append(walk_line(c))
         for r in [r for r in c.rows if not r.system][:top]:
             what = f"{r.state} ({r.reason})" if r.reason else r.state
             waited = (

@@ -203,7 +203,7 @@ class LiveSession:
             error=str(self.error) if self.error is not None else "",
             inputs=tuple(InputState(*i) for i in cap.inputs()),
             notes=tuple(cap.notes()),
-            failures=tuple(f for f, _ in cap.failures()),
+            failures=tuple(f for f, _ in cap.failures() + cap.skipped()),
             duty=duty,
             cost=self._cost(),
         )

@@ -29,6 +29,7 @@ from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
 from gmpmon.capture.perfsample import SAMPLE_HZ
 from gmpmon.capture.pipeline import BatchQueue
+from gmpmon.capture.readernotes import ReaderNotes
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
@@ -39,7 +40,6 @@ from gmpmon.capture.watchcost import PriorRate, WatchCost, cost_event, window_ev
 from gmpmon.errors import CaptureError, GmpmonError
 from gmpmon.events import (
     LOST_IN_BAND,
-    NO_P,
     RING_COUNTERS_FULL,
     RING_CUT,
     RING_MARKS,
@@ -136,7 +136,7 @@ class Capture:
         self.ring: RingBufReader | None = None
         self.sampler: Sampler | None = None
         self.sampler_error = ""
-        self._failures: list[tuple[str, int]] = []
+        self.readers = ReaderNotes()  # readers of the target's memory that stopped or skipped
         # The runtime's counters and the goroutine census, in every mode (no probe).
         self.census_s = census_s
         self.runtime: RuntimeSources | None = None
@@ -244,20 +244,18 @@ class Capture:
         return rows
 
     def _sampler_failed(self, now: int, e: GmpmonError) -> None:
-        assert self.sampler is not None
-        self.sampler.close()
+        self.sampler.close()  # type: ignore[union-attr]  # the one that just failed
         self.sampler = None
         self.sampler_error = f"stopped: {e.one_line()}"
-        self._failures.append((f"P sampler stopped: {e.one_line()}", e.exit_code))
-        self._pending.append((now, Kind.RT_MISSING, NO_P, 0, 0, int(RtFeature.P_SAMPLES), 1))
+        self.readers.stopped("P sampler", e, (RtFeature.P_SAMPLES,), now)
 
     def failures(self) -> list[tuple[str, int]]:
-        """(one line, exit code) of each reader that stopped mid-run: the report and the
-        summary say which part is missing (RT_MISSING a1 = 1), and the run exits non-zero."""
-        out = list(self._failures)
-        if self.runtime is not None:
-            out += self.runtime.failures
-        return out
+        """(one line, exit code) of each reader that stopped mid-run, in order (the report
+        and summary say which part and why: capture/readernotes.py)."""
+        return list(self.readers.stops)
+
+    def skipped(self) -> list[tuple[str, int]]:  # readers that skipped reads and went on
+        return self.readers.skip_lines()
 
     def notes(self) -> list[str]:
         """One line each about an input that was left out or turned off (said once, at
@@ -291,12 +289,13 @@ class Capture:
             with contextlib.suppress(OSError):
                 self.runtime = RuntimeSources(
                     self.info, self.pid, census_s=self.census_s, starting=self.defer_sampler,
-                    sites=self.go_sites,
+                    sites=self.go_sites, notes=self.readers,
                 )
         if self.mode == "full" or self.sampler is not None:
             return
         try:
             self.sampler = Sampler(self.info, self.pid, starting=self.defer_sampler)
+            self.readers.watch("P sampler", RtFeature.P_SAMPLES, self.sampler.skips)
         except (ValueError, KeyError, OSError) as e:
             self.sampler_error = str(e)
 
@@ -333,7 +332,6 @@ class Capture:
             self.sampler = None
         if self.runtime is not None:
             self.runtime.close()
-            self._failures += self.runtime.failures  # said after the capture ends
             self.runtime = None
         self.kernel.close()
 
@@ -565,11 +563,12 @@ class Capture:
                 self._pending.append((now, Kind.COUNTER, -1, 0, Counter.RING, key, d))
 
     def _poll_runtime(self, now: int, final: bool = False) -> None:
+        stacks: dict[int, tuple[str, ...]] = {}
         if self.runtime is not None:
-            stacks: dict[int, tuple[str, ...]] = {}
             self.runtime.poll(now, self._pending, stacks, final=final)
-            if stacks:  # census site names, ahead of the events that use them
-                self._q.put(Batch([], stacks))
+        self.readers.take(now, self._pending, stacks)  # the sampler's stops and skips: notes
+        if stacks:  # census site names, readers' notes: ahead of the events that use them
+            self._q.put(Batch([], stacks))
 
     def _release(self, watermark: int | None) -> None:
         pend = self._pending

@@ -31,8 +31,16 @@ from gmpmon.binary.table import GSCAN
 from gmpmon.capture.censusstacks import Shape, Unwind, WaitStacks
 from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import absent, global_addr
-from gmpmon.capture.targetmem import MAX_GOROUTINES, TargetMemory, check_count
-from gmpmon.errors import GmpmonError
+from gmpmon.capture.targetmem import (
+    MAX_GOROUTINES,
+    Skips,
+    TargetMemory,
+    check_count,
+    running,
+    unreadable,
+    why_span,
+)
+from gmpmon.errors import GmpmonError, TargetMemoryError
 from gmpmon.events import (
     CENSUS_SITE_BASE,
     MAX_STACK_GROUPS,
@@ -137,6 +145,10 @@ class Census:
         self._announced = False
         self._walked = 0  # G structs read in this walk (dead ones included)
         self._scanned = 0  # allgs entries done
+        # allgs entries whose G could not be read (outside user space, no mapped page): the
+        # walk goes on without them; counted per walk (CENSUS_END m) and for the report.
+        self.skips = Skips()
+        self._skipped = 0
 
     def missing_events(self, now: int) -> list[EventTuple]:
         return [(now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 0) for f in sorted(self.missing)]
@@ -164,7 +176,7 @@ class Census:
         if self.wait_stacks is not None:
             self.wait_stacks.begin()
         cut = 0
-        self._walked = 0
+        self._walked = self._skipped = 0
         try:
             ptr, n = struct.unpack("<QQ", self.mem.read(self.allgs, 16))
         except OSError:
@@ -188,7 +200,7 @@ class Census:
         self._emit(t1, counts, waits, sites, out, stacks)
         self._emit_groups(t1, groups, out, stacks)
         self._tell(t1, per_g, bool(cut), out)
-        out.append((t1, Kind.CENSUS_END, NO_P, 0, t1 - t0, walked, int(cut)))
+        out.append((t1, Kind.CENSUS_END, NO_P, self._skipped, t1 - t0, walked, int(cut)))
         self.last_duration_s = (t1 - t0) / 1e9
         self.last_cpu_s = time.thread_time() - cpu0
         self.target_gone = bool(cut & CensusCut.TARGET_GONE)
@@ -198,8 +210,25 @@ class Census:
         step = CHUNK // 8
         for i in range(0, n, step):
             k = min(step, n - i)
-            gps.extend(struct.unpack(f"<{k}Q", self.mem.read(ptr + 8 * i, 8 * k)))
+            try:
+                gps.extend(struct.unpack(f"<{k}Q", self.mem.read(ptr + 8 * i, 8 * k)))
+            except OSError as e:  # allgs' array is unmapped: nothing to walk (or gone)
+                raise unreadable(self.mem.pid, f"allgs' array at {ptr:#x}", e) from e
         return gps
+
+    def _singles(self, gps: list[int], order: list[int], j: int, k: int) -> list[bytes | None]:
+        """G structs order[j..k] one by one (their chunk could not be read whole): the ones
+        that cannot be read are skipped and said. OSError when the target is gone."""
+        lo, span = self.g_lo, self.g_span
+        spans = [(gps[order[i]] + lo, span) for i in range(j, k + 1)]
+        got = self.mem.readv(spans)
+        if all(b is None for b in got) and not running(self.mem.pid):
+            raise ProcessLookupError(f"process {self.mem.pid} is gone")
+        for i, b in zip(range(j, k + 1), got, strict=True):
+            if b is None and gps[order[i]]:
+                self._skipped += 1
+                self.skips.add(f"allgs[{order[i]}] = {gps[order[i]]:#x}", why_span(*spans[i - j]))
+        return got
 
     def _scan(
         self,
@@ -247,12 +276,22 @@ class Census:
                 j = k + 1
                 self._scanned = j
                 continue
-            buf = self.mem.read(first + lo, gps[order[k]] - first + span)
+            singles = None
+            try:
+                buf = self.mem.read(first + lo, gps[order[k]] - first + span)
+            except (OSError, TargetMemoryError):  # a hostile G pointer among them, or gone
+                buf, singles = b"", self._singles(gps, order, j, k)
             for idx in range(j, k + 1):
                 gp = gps[order[idx]]
                 if not gp:
                     continue
-                row = unpack(buf, gp - first)
+                if singles is None:
+                    row = unpack(buf, gp - first)
+                else:
+                    one = singles[idx - j]
+                    if one is None:
+                        continue
+                    row = unpack(one, 0)
                 self._walked += 1
                 status = row[i_status] & ~GSCAN
                 if status in (G_DEAD, dead_extra):

@@ -23,7 +23,14 @@ from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
 from gmpmon.binary.unwind import Frame, Unwinder, visible
 from gmpmon.capture.runtime_counters import global_addr
-from gmpmon.capture.targetmem import MAX_GOROUTINES, TargetMemory, check_count
+from gmpmon.capture.targetmem import (
+    MAX_GOROUTINES,
+    TargetMemory,
+    check_count,
+    unreadable,
+    why_span,
+)
+from gmpmon.capture.targetmem import running as target_running
 from gmpmon.errors import MissingSymbolsError
 
 G_RUNNING, G_SYSCALL, G_WAITING, G_DEAD = 2, 3, 4, 6
@@ -85,6 +92,10 @@ class Dump:
     seconds: float = 0.0
     reads: int = 0
     retried: int = 0
+    # allgs entries whose G could not be read (a pointer outside user space or to no mapped
+    # page: the target's memory is not trusted); not listed. The first one's reason.
+    skipped: int = 0
+    skipped_why: str = ""
 
 
 class GoroutineReader:
@@ -185,8 +196,18 @@ class GoroutineReader:
         step = 8192
         for i in range(0, n, step):
             k = min(step, n - i)
-            gps.extend(struct.unpack(f"<{k}Q", self.mem.read(ptr + 8 * i, 8 * k)))
+            try:
+                gps.extend(struct.unpack(f"<{k}Q", self.mem.read(ptr + 8 * i, 8 * k)))
+            except OSError as e:
+                raise unreadable(self.mem.pid, f"allgs' array at {ptr:#x}", e) from e
         rows = self._rows(gps)
+        bad = [i for i, row in enumerate(rows) if row is None and gps[i]]
+        if bad and len(bad) == len(gps) and not target_running(self.mem.pid):
+            raise ProcessLookupError(f"process {self.mem.pid} is gone")
+        if bad:
+            at = gps[bad[0]]
+            dump.skipped = len(bad)
+            dump.skipped_why = f"allgs[{bad[0]}] = {at:#x}: {why_span(at + self.lo, self.span)}"
         stacks = self._stacks(rows)
         todo = list(range(len(gps)))
         changed: set[int] = set()

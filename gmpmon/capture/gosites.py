@@ -134,7 +134,7 @@ class GoSites:
         try:
             with open(self.info.path, "rb") as f:
                 code = os.pread(f.fileno(), end - entry, off + entry - addr)
-        except OSError:
+        except (OSError, OverflowError):  # a hostile .text offset (>= 2^63): OverflowError
             return None
         for at, _n, mnemonic, op in disasm_lite(code, entry):
             if mnemonic == "call" and op.startswith("0x") and lines.at(at) == home:

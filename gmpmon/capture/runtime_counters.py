@@ -22,7 +22,15 @@ import struct
 from dataclasses import dataclass
 
 from gmpmon.binary.info import BinaryInfo
-from gmpmon.capture.targetmem import MAX_ALLP, MAX_GOROUTINES, TargetMemory, check_count
+from gmpmon.capture.targetmem import (
+    MAX_ALLP,
+    MAX_GOROUTINES,
+    Skips,
+    TargetMemory,
+    check_count,
+    unreadable,
+)
+from gmpmon.errors import TargetMemoryError
 from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal
 
 _I = struct.Struct("<I")
@@ -172,6 +180,13 @@ class RuntimeCounters:
         self.syscalls = 0
         self.busy_ps = 0  # GOMAXPROCS - npidle at the last read
         self._announced = False
+        # A bad pointer in one P (allp[i]) or in the allm list costs that read, not the rest.
+        self.skips = Skips()
+        self.m_skips = Skips()
+        # Values that stopped a part only (an implausible allglen: no goroutine count; allp:
+        # no per-P ticks either; the histograms and gauges read on): (what, its features,
+        # why), for RuntimeSources to say. ``missing`` has the features.
+        self.stopped: list[tuple[str, tuple[RtFeature, ...], TargetMemoryError]] = []
 
     def missing_events(self, now: int) -> list[EventTuple]:
         return [(now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 0) for f in sorted(self.missing)]
@@ -185,31 +200,11 @@ class RuntimeCounters:
         p_free = 0
         nprocs = 0
         if self.allp is not None:
-            ptr, n = struct.unpack("<QQ", mem.read(self.allp, 16))
-            n = min(check_count("len(allp)", n, MAX_ALLP), MAX_PROCS)
-            nprocs = n
-            if (ptr, n) != self._allp_at:  # the array changes only with its header
-                self._ptrs = struct.unpack(f"<{n}Q", mem.read(ptr, 8 * n)) if n else ()
-                self._allp_at = (ptr, n)
-            ptrs = self._ptrs
-            last = self._last_tick
-            for pp in ptrs:
-                if not pp:
-                    continue
-                b = mem.read(pp, self.p_span)
-                pid = _i.unpack_from(b, self.p_id)[0]
-                tick = _I.unpack_from(b, self.p_tick)[0]
-                systick = _I.unpack_from(b, self.p_systick)[0]
-                if self.p_gfree is not None:
-                    p_free += _i.unpack_from(b, self.p_gfree)[0]
-                prev = last.get(pid)
-                last[pid] = (tick, systick)
-                if prev is not None:
-                    dt = (tick - prev[0]) & 0xFFFFFFFF
-                    ds = (systick - prev[1]) & 0xFFFFFFFF
-                    if dt or ds:
-                        out.append((now, Kind.RT_PTICK, pid, 0, 0, dt, ds))
-                        self.syscalls += ds
+            try:
+                p_free, nprocs = self._read_procs(now, out)
+            except TargetMemoryError as e:  # allp itself: no per-P part from here on
+                self.allp = None
+                self._stop("per-P ticks", (RtFeature.P_TICKS, RtFeature.GOROUTINES), e)
         if self.sched is None or self.s_size <= 0:
             return
         s = mem.read(self.sched + self.s_lo, self.s_size)
@@ -226,7 +221,11 @@ class RuntimeCounters:
         gcount = 0
         allglen = 0
         if RtFeature.GOROUTINES not in self.missing and self.allglen is not None:
-            allglen = check_count("allglen", mem.u64(self.allglen), MAX_GOROUTINES)
+            try:
+                allglen = check_count("allglen", mem.u64(self.allglen), MAX_GOROUTINES)
+            except TargetMemoryError as e:
+                self._stop("goroutine count", (RtFeature.GOROUTINES,), e)
+        if allglen:
             free = (
                 _i.unpack_from(s, f["gFree.n"])[0]
                 if "gFree.n" in f
@@ -249,6 +248,49 @@ class RuntimeCounters:
         self.busy_ps = max(nprocs - max(npidle, 0), 0)
         self.reads += 1
 
+    def _read_procs(self, now: int, out: list[EventTuple]) -> tuple[int, int]:
+        """Each P's ticks (RT_PTICK); (free Gs on the Ps, len(allp))."""
+        mem = self.mem
+        p_free = 0
+        ptr, n = struct.unpack("<QQ", mem.read(self.allp or 0, 16))
+        n = min(check_count("len(allp)", n, MAX_ALLP), MAX_PROCS)
+        if (ptr, n) != self._allp_at:  # the array changes only with its header
+            try:
+                self._ptrs = struct.unpack(f"<{n}Q", mem.read(ptr, 8 * n)) if n else ()
+            except OSError as e:
+                raise unreadable(mem.pid, f"allp's array at {ptr:#x}", e) from e
+            self._allp_at = (ptr, n)
+        last = self._last_tick
+        for i, pp in enumerate(self._ptrs):
+            if not pp:
+                continue
+            try:
+                b = mem.read(pp, self.p_span)
+            except (OSError, TargetMemoryError) as e:
+                self._skip(self.skips, f"allp[{i}] = {pp:#x}", e)
+                continue
+            pid = _i.unpack_from(b, self.p_id)[0]
+            tick = _I.unpack_from(b, self.p_tick)[0]
+            systick = _I.unpack_from(b, self.p_systick)[0]
+            if self.p_gfree is not None:
+                p_free += _i.unpack_from(b, self.p_gfree)[0]
+            prev = last.get(pid)
+            last[pid] = (tick, systick)
+            if prev is not None:
+                dt = (tick - prev[0]) & 0xFFFFFFFF
+                ds = (systick - prev[1]) & 0xFFFFFFFF
+                if dt or ds:
+                    out.append((now, Kind.RT_PTICK, pid, 0, 0, dt, ds))
+                    self.syscalls += ds
+        return p_free, n
+
+    def _stop(self, what: str, features: tuple[RtFeature, ...], e: TargetMemoryError) -> None:
+        features = tuple(f for f in features if f not in self.missing)  # lacked: not stopped
+        for f in features:
+            self.missing[f] = e.one_line()
+        if features:
+            self.stopped.append((what, features, e))
+
     def _m_lock_wait(self) -> int:
         if self.allm is None or self.m_alllink is None or self.m_lockwait is None:
             return 0
@@ -256,13 +298,20 @@ class RuntimeCounters:
         mp = self.mem.u64(self.allm)
         lo = min(self.m_alllink, self.m_lockwait)
         span = max(self.m_alllink, self.m_lockwait) + 8 - lo
-        for _ in range(4096):  # allm is a short list; the bound only guards a torn read
+        for i in range(4096):  # allm is a short list; the bound only guards a torn read
             if not mp:
                 break
-            b = self.mem.read(mp + lo, span)
+            try:
+                b = self.mem.read(mp + lo, span)
+            except (OSError, TargetMemoryError) as e:  # the Ms before it are counted
+                self._skip(self.m_skips, f"allm's M #{i} at {mp:#x}", e)
+                break
             total += _q.unpack_from(b, self.m_lockwait - lo)[0]
             mp = _Q.unpack_from(b, self.m_alllink - lo)[0]
         return total
+
+    def _skip(self, skips: Skips, what: str, e: OSError | TargetMemoryError) -> None:
+        skips.failed(self.mem.pid, what, e)  # OSError re-raised when the target is gone
 
     def lifetime_hist(self, kind: int) -> tuple[int, ...] | None:
         """The histogram as the runtime holds it at the last read (counts since the process

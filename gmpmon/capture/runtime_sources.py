@@ -19,10 +19,11 @@ from gmpmon.capture.census import Census
 from gmpmon.capture.censusstacks import census_unwinder
 from gmpmon.capture.gcstats import GcStats
 from gmpmon.capture.gosites import GoSites
+from gmpmon.capture.readernotes import ReaderNotes
 from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.sampler import check_layout
 from gmpmon.capture.targetmem import TargetMemory
-from gmpmon.errors import CaptureError, GmpmonError
+from gmpmon.errors import GmpmonError
 from gmpmon.events import NO_P, EventTuple, Kind, RtFeature
 from gmpmon.priority import name_thread
 
@@ -50,14 +51,15 @@ class RuntimeSources:
         starting: bool = False,
         sites: GoSites | None = None,
         stacks: bool = True,
+        notes: ReaderNotes | None = None,
     ) -> None:
         self.counters_ns = int(counters_s * 1e9)
         self.census_s = census_s
         self.errors: list[str] = []  # one line each, for the user
-        # A reader that stopped mid-run: (one line, exit code). The target's memory is not
-        # trusted (capture/targetmem.py); a reader that meets an implausible value stops,
-        # says so here and in the model (RT_MISSING with a1 = 1), and the capture goes on.
-        self.failures: list[tuple[str, int]] = []
+        # The target's memory is not trusted (capture/targetmem.py): a reader that meets an
+        # implausible value stops, or skips that read, says so here and in the model
+        # (RT_MISSING a1 = 1, RT_SKIPPED), and the capture goes on.
+        self.notes = ReaderNotes() if notes is None else notes
         self.counters: RuntimeCounters | None = None
         self.census: Census | None = None
         self.gc: GcStats | None = None
@@ -87,6 +89,10 @@ class RuntimeSources:
                 off |= set(_COUNTER_FEATURES)
             if self.counters is not None and not layout.ok("allm"):
                 self.counters.allm = None  # no pending per-M lock waits: a bit short
+            if self.counters is not None:
+                self.notes.watch("runtime counters", RtFeature.P_TICKS, self.counters.skips)
+                self.notes.watch("runtime counters", RtFeature.RUNTIME_LOCK_WAIT,
+                                 self.counters.m_skips)
         else:
             self.errors.append(f"runtime counters off: {layout.why('procs', 'sched')}")
             off |= set(_COUNTER_FEATURES)
@@ -96,6 +102,7 @@ class RuntimeSources:
                 # `gmpmon serve` watching many processes goes without (stacks=False).
                 unwind = census_unwinder(info, self.mem) if stacks else None  # lazy
                 self.census = Census(info, self.mem, sites=sites, unwind=unwind)
+                self.notes.watch("goroutine census", RtFeature.CENSUS, self.census.skips)
                 if not stacks:  # not asked for: nothing missing to say
                     self.census.missing.pop(RtFeature.CENSUS_STACKS, None)
             except (KeyError, ValueError) as e:
@@ -137,11 +144,8 @@ class RuntimeSources:
             try:
                 census.walk(events, stacks)
             except Exception as e:  # said in the report: a reader never dies silently
-                self._failed("goroutine census", e)
-                stopped = (time.monotonic_ns(), Kind.RT_MISSING, NO_P, 0, 0,
-                           int(RtFeature.CENSUS), 1)
-                with self._lock:
-                    self._done.append(([stopped], {}))
+                self.notes.stopped("goroutine census", e, (RtFeature.CENSUS,),
+                                   time.monotonic_ns())
                 return
             with self._lock:
                 self._done.append((events, stacks))
@@ -149,10 +153,10 @@ class RuntimeSources:
                 return  # nothing more to walk; the last census stands
             self._stop.wait(max(self.census_s, census.last_cpu_s / CENSUS_DUTY))
 
-    def _failed(self, what: str, e: BaseException) -> None:
-        msg = e.one_line() if isinstance(e, GmpmonError) else f"{type(e).__name__}: {e}"
-        code = e.exit_code if isinstance(e, GmpmonError) else CaptureError.exit_code
-        self.failures.append((f"{what} stopped: {msg}", code))
+    @property
+    def failures(self) -> list[tuple[str, int]]:
+        """(one line, exit code) of each reader that stopped mid-run, in order."""
+        return self.notes.stops
 
     def poll(self, now: int, out: list[EventTuple], stacks: Stacks, *, final: bool = False
              ) -> None:
@@ -166,12 +170,13 @@ class RuntimeSources:
             try:
                 if self.counters is not None:
                     self.counters.read(now, out)
+                    for what, fs, e in self.counters.stopped:  # a part: the rest reads on
+                        self.notes.stopped(f"runtime counters' {what}", e, fs, now)
+                    self.counters.stopped.clear()
             except OSError:
                 self.failed_reads += 1  # the target is gone: capture's liveness check says so
             except GmpmonError as e:
-                self._failed("runtime counters", e)
-                out.extend((now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 1)
-                           for f in _COUNTER_FEATURES)
+                self.notes.stopped("runtime counters", e, _COUNTER_FEATURES, now)
                 self.counters = None
             try:
                 if self.gc is not None:
@@ -179,9 +184,7 @@ class RuntimeSources:
             except OSError:
                 self.failed_reads += 1
             except GmpmonError as e:
-                self._failed("GC panel", e)
-                out.extend((now, Kind.RT_MISSING, NO_P, 0, 0, int(f), 1)
-                           for f in (RtFeature.GC, RtFeature.GC_CPU))
+                self.notes.stopped("GC panel", e, (RtFeature.GC, RtFeature.GC_CPU), now)
                 self.gc = None
             self._next_counters = now + self.counters_ns
         if self._done:
@@ -190,3 +193,4 @@ class RuntimeSources:
             for events, new in done:
                 stacks.update(new)
                 out.extend((now, *e[1:]) for e in events)
+        self.notes.take(now, out, stacks)

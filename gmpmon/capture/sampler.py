@@ -23,8 +23,15 @@ import time
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.binary.table import GSCAN
 from gmpmon.binary.validate import GROUPS, Layout, trusted, validate_layout
-from gmpmon.capture.targetmem import MAX_ALLP, check_count, read_fd, running
-from gmpmon.errors import TargetError, UnsupportedError
+from gmpmon.capture.targetmem import (
+    MAX_ALLP,
+    Skips,
+    check_count,
+    read_fd,
+    running,
+    unreadable,
+)
+from gmpmon.errors import TargetError, TargetMemoryError, UnsupportedError
 from gmpmon.events import EventTuple, Kind
 
 _Q = struct.Struct("<Q")
@@ -73,8 +80,8 @@ def read_gomaxprocs(info: BinaryInfo, pid: int) -> int:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             for kv in f.read().split(b"\0"):
-                if kv.startswith(b"GOMAXPROCS="):
-                    return max(int(kv[11:]), 1)
+                if kv.startswith(b"GOMAXPROCS="):  # the target's: Go refuses > 1024 Ps
+                    return min(max(int(kv[11:]), 1), MAX_PROCS)
     except (OSError, ValueError):
         pass
     try:
@@ -189,6 +196,7 @@ class Sampler:
         if not self.layout.ok(*SAMPLER_GROUPS):
             raise LayoutError(self.layout, SAMPLER_GROUPS)
         self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+        self.skips = Skips()  # P, M and curg reads skipped: a bad pointer in one P's chain
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -200,24 +208,35 @@ class Sampler:
         # TargetMemoryError, not OverflowError; an exited target's short read is OSError.
         return read_fd(self._fd, addr, size)
 
+    def _skip(self, what: str, e: OSError | TargetMemoryError) -> None:
+        self.skips.failed(self.pid, what, e)  # OSError re-raised when the target is gone
+
     def sample(self, out: list[EventTuple]) -> None:
         """Append one P_SAMPLE per P and one SCHED_SAMPLE. Raises OSError when the target
-        is gone, TargetMemoryError when it holds an implausible pointer or length."""
+        is gone, TargetMemoryError when allp itself is implausible; a bad pointer in one P's
+        chain (the P, its M, the M's curg) costs that read only (``skips``)."""
         now = time.monotonic_ns()
         head = self._read(self.allp, 16)
         ptr, n = struct.unpack("<QQ", head)
         n = check_count("len(allp)", n, MAX_ALLP)
         n = min(n, MAX_PROCS)
         if (ptr, n) != self._allp_at:
-            self._ptrs = struct.unpack(f"<{n}Q", self._read(ptr, 8 * n)) if n else ()
+            try:
+                self._ptrs = struct.unpack(f"<{n}Q", self._read(ptr, 8 * n)) if n else ()
+            except OSError as e:
+                raise unreadable(self.pid, f"allp's array at {ptr:#x}", e) from e
             self._allp_at = (ptr, n)
         ptrs = self._ptrs
         m_procid, m_curg = self.m_procid - self.m_lo, self.m_curg - self.m_lo
         g_goid, g_status = self.g_goid - self.g_lo, self.g_status - self.g_lo
-        for pp in ptrs:
+        for i, pp in enumerate(ptrs):
             if not pp:
                 continue
-            b = self._read(pp, self.p_span)
+            try:
+                b = self._read(pp, self.p_span)
+            except (OSError, TargetMemoryError) as e:
+                self._skip(f"allp[{i}] = {pp:#x}", e)
+                continue
             pid = _i.unpack_from(b, self.p_id)[0]
             status = _I.unpack_from(b, self.p_status)[0]
             tick = _I.unpack_from(b, self.p_tick)[0]
@@ -229,13 +248,22 @@ class Sampler:
             mp = _Q.unpack_from(b, self.p_m)[0]
             tid = goid = gstatus = 0
             if mp:
-                m = self._read(mp + self.m_lo, self.m_span)
-                tid = _Q.unpack_from(m, m_procid)[0] & 0xFFFFFFFF
-                gp = _Q.unpack_from(m, m_curg)[0]
+                try:
+                    m = self._read(mp + self.m_lo, self.m_span)
+                except (OSError, TargetMemoryError) as e:
+                    self._skip(f"allp[{i}].m = {mp:#x}", e)  # the P's own state still counts
+                    m = b""
+                gp = 0
+                if m:
+                    tid = _Q.unpack_from(m, m_procid)[0] & 0xFFFFFFFF
+                    gp = _Q.unpack_from(m, m_curg)[0]
                 if gp:
-                    g = self._read(gp + self.g_lo, self.g_span)
-                    goid = _Q.unpack_from(g, g_goid)[0]
-                    gstatus = _I.unpack_from(g, g_status)[0] & ~GSCAN
+                    try:
+                        g = self._read(gp + self.g_lo, self.g_span)
+                        goid = _Q.unpack_from(g, g_goid)[0]
+                        gstatus = _I.unpack_from(g, g_status)[0] & ~GSCAN
+                    except (OSError, TargetMemoryError) as e:
+                        self._skip(f"allp[{i}].m.curg = {gp:#x}", e)
             a0 = (status & 0xFF) | ((gstatus & 0xFF) << 8) | (runq << 16)
             out.append((now, Kind.P_SAMPLE, pid, tid, goid, a0, tick))
         s = self._read(self.sched, self.s_span)

@@ -15,6 +15,13 @@ Two ways to read:
   spans a call); a span that cannot be read, or fails :func:`check_span`, comes back as
   ``None`` instead of failing the batch. Falls back to one ``pread`` a span where
   ``process_vm_readv`` is refused (seccomp, an old kernel).
+
+A reader meets two kinds of bad value. A structural one (``allgs``' or ``allp``'s slice
+header, a count that sizes a loop) leaves it nothing to read: it stops and says why. One
+element's pointer (``allgs[300]``, ``allp[0].m``) costs that element only: the reader skips
+the read, counts it in its :class:`Skips` (said in the report, the summary and one line at
+the end), and goes on. An unmapped page while the target still runs is such a bad value
+too (:func:`unreadable`), never "the target exited".
 """
 
 from __future__ import annotations
@@ -67,6 +74,63 @@ def check_count(name: str, n: int, most: int) -> int:
             hint="the target's runtime state is implausible",
         )
     return n
+
+
+def why(e: BaseException) -> str:
+    """One line: why a read of the target's memory failed."""
+    if isinstance(e, TargetMemoryError):
+        return e.one_line()
+    if isinstance(e, OSError):
+        return f"cannot read the target's memory ({e.strerror or e}): no mapped page there"
+    return f"{type(e).__name__}: {e}"
+
+
+def unreadable(pid: int, what: str, e: OSError) -> TargetMemoryError:
+    """An OSError reading ``what`` while process ``pid`` still runs: its page is not mapped
+    (a pointer the target holds leads nowhere), which no reader may take for "the target
+    exited". Re-raises ``e`` when the target is gone."""
+    if not running(pid):
+        raise e
+    return TargetMemoryError(f"{what}: {why(e)}, though the target runs",
+                             hint="a runtime pointer in the target leads nowhere")
+
+
+def why_span(addr: int, size: int) -> str:
+    """Why a span that ``readv`` gave back as None was not read."""
+    try:
+        check_span(addr, size)
+    except TargetMemoryError as e:
+        return e.one_line()
+    return f"cannot read the target's memory at {addr:#x}: no mapped page there"
+
+
+class Skips:
+    """Reads one reader skipped and went on without: how many (``n``; ``take()`` gives the
+    ones since its last call) and the first one's reason. A hostile pointer in one element
+    (one G, one P's M) costs that element, not the reader."""
+
+    __slots__ = ("_taken", "first", "n")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.first = ""
+        self._taken = 0
+
+    def add(self, what: str, e: BaseException | str) -> None:
+        if not self.first:  # before n: another thread may take() the count meanwhile
+            self.first = f"{what}: {e if isinstance(e, str) else why(e)}"
+        self.n += 1
+
+    def failed(self, pid: int, what: str, e: OSError | TargetMemoryError) -> None:
+        """A read of ``what`` failed: skipped, unless it is OSError and process ``pid`` is
+        gone (then ``e`` is raised: the reader's caller ends for the target's exit)."""
+        if isinstance(e, OSError) and not running(pid):
+            raise e
+        self.add(what, e)
+
+    def take(self) -> int:
+        new, self._taken = self.n - self._taken, self.n
+        return new
 
 
 class _Iovec(ctypes.Structure):

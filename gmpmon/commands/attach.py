@@ -337,7 +337,7 @@ def thread_failure(session: LiveSession) -> int:
     first reader that stopped mid-run (the capture went on without it; docs/safety.md)."""
     e = session.error
     if e is None:
-        failed = session.capture.failures()
+        failed = session.capture.failures() + session.capture.skipped()
         for line, _ in failed:
             say(f"gmpmon: {line}; the capture went on without it")
         return failed[0][1] if failed else 0

@@ -20,8 +20,8 @@ from gmpmon.binary.unwind import Unwinder
 from gmpmon.binary.validate import trusted
 from gmpmon.capture.goroutines import G_RUNNING, Dump, GoroutineReader
 from gmpmon.capture.sampler import check_layout
-from gmpmon.capture.targetmem import TargetMemory, running
-from gmpmon.errors import MissingSymbolsError, PermissionDenied, TargetError
+from gmpmon.capture.targetmem import TargetMemory, running, why
+from gmpmon.errors import MissingSymbolsError, PermissionDenied, TargetError, TargetMemoryError
 from gmpmon.export.goroutines import debug2_text, grouped_text, to_json
 
 EPILOG = """\
@@ -88,7 +88,7 @@ def take(pid: int, include_system: bool = False, sample_s: float = 0.0) -> Dump:
     except OSError as e:
         if not running(pid):
             raise TargetError(f"process {pid} exited while its goroutines were read") from e
-        raise
+        raise TargetMemoryError(f"cannot read pid {pid}'s goroutines: {why(e)}") from e
     finally:
         mem.close()
 
@@ -108,4 +108,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(grouped_text(dump) if args.group else debug2_text(dump))
+    if dump.skipped:  # the dump is written; what it lacks, and why, is said
+        sys.stdout.flush()
+        gs = "goroutine" if dump.skipped == 1 else "goroutines"
+        print(f"gmpmon: {dump.skipped} {gs} of allgs could not be read, not listed "
+              f"(first: {dump.skipped_why})", file=sys.stderr)
+        return TargetMemoryError.exit_code
     return 0

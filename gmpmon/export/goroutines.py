@@ -151,6 +151,8 @@ def to_json(dump: Dump, grouped: bool = False) -> dict[str, Any]:
         "seconds": round(dump.seconds, 4),
         "allglen": dump.allglen,
         "goroutines_shown": len(dump.goroutines),
+        # allgs entries that could not be read (a hostile or damaged target), not shown
+        "unreadable": {"count": dump.skipped, "first": dump.skipped_why or None},
     }
     if grouped:
         doc["groups"] = [

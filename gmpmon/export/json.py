@@ -279,6 +279,7 @@ def census_summary(c: CensusView | None) -> dict[str, Any] | None:
         "cut_short": list(c.cut),
         "allglen": c.allglen,
         "walked": c.walked,
+        "skipped": c.skipped,
         "duration_ns": c.duration_ns,
         "goroutines": c.goroutines,
         "system_goroutines": c.system,
@@ -329,6 +330,8 @@ def runtime_summary(rv: RuntimeView | None) -> dict[str, Any] | None:
         "reads": rv.reads,
         "missing": list(rv.missing),
         "stopped": list(rv.stopped),
+        "failed": [{"part": n.part, "stopped": n.stopped, "skipped_reads": n.skipped,
+                    "why": n.why} for n in rv.failed],
         "sched_latency_ns": (
             {"note": rv.latency_note, **(_rt_lat(rv.latency) or {})}
             if has(RtFeature.LATENCY)

@@ -15,7 +15,7 @@ from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.sampler import check_layout, read_gomaxprocs
 from gmpmon.capture.targetmem import TargetMemory
 from gmpmon.errors import GmpmonError
-from gmpmon.events import EventTuple, Kind, RtHist
+from gmpmon.events import EventTuple, Kind, RtFeature, RtHist
 from gmpmon.fleet.discover import GoProcess, exists
 from gmpmon.fleet.infocache import InfoCache
 from gmpmon.model.rthist import hist_stats
@@ -84,13 +84,18 @@ def read_lifetime(proc: GoProcess, cache: InfoCache) -> LifetimeStats | None:
         out: list[EventTuple] = []
         counters.read(time.monotonic_ns(), out)
         goroutines = next((e[4] for e in out if e[1] == RT_SCHED), None)
+        if RtFeature.GOROUTINES in counters.missing:  # an implausible allglen: not a count
+            goroutines = None
         counts = counters.lifetime_hist(RtHist.TIME_TO_RUN)
         p99 = samples = None
         if counts is not None:
             st = hist_stats(list(counts))
             samples = st.count
             p99 = st.p99 if st.count else None
-        notes = [counters.missing[f] for f in sorted(counters.missing)]
+        # What the target's memory held that was implausible comes first (said on its line).
+        notes = [e.one_line() for _w, _f, e in counters.stopped]
+        notes += [f"skipped: {s.first}" for s in (counters.skips, counters.m_skips) if s.n]
+        notes += [counters.missing[f] for f in sorted(counters.missing)]
         return LifetimeStats(
             proc,
             # validated with the procs group just now; else what read_gomaxprocs falls back to

@@ -77,6 +77,7 @@ class ProbedWatch:
         for line, _ in s.capture.failures()[len(self._failed):]:  # a reader stopped mid-run
             self._failed.append(line)
             self.missing.append(line)
+        self.missing.extend(s.capture.readers.new_skips())  # one bad pointer: said once
         self._snap = s.latest()
 
     def sample_ps(self, now: int) -> None:

@@ -77,6 +77,7 @@ class Watch:
         if per_p:
             try:
                 self.sampler = Sampler(info, proc.pid)
+                self.sources.notes.watch("P sampler", RtFeature.P_SAMPLES, self.sampler.skips)
             except (ValueError, OSError) as e:
                 self.missing.append(f"P states: {e}")
 
@@ -102,6 +103,7 @@ class Watch:
             for line, _ in self.sources.failures[self._failures_said:]:
                 self.missing.append(line)  # a reader that met an implausible value
             self._failures_said = len(self.sources.failures)
+            self.missing.extend(self.sources.notes.new_skips())  # one bad pointer: said once
         self._sample_ps(out)
         self.cgroup.read(now, out)
         for e in out:

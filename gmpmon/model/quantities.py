@@ -176,7 +176,7 @@ def _census_goroutines(snap: Snapshot) -> Measured | None:
     c = snap.runtime.census if snap.runtime else None
     if c is None:
         return None
-    cut = ", cut short" if c.cut else ""
+    cut = (", cut short" if c.cut else "") + (f", {c.skipped} Gs unreadable" if c.skipped else "")
     return Measured(c.goroutines, CENSUS, f"census #{c.seq}{cut}")
 
 

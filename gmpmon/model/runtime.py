@@ -72,6 +72,20 @@ class CensusView:
     # Where they are parked: groups by (state, wait reason, stack, creation site), largest
     # first; None when this capture took no stacks (no unwinder, or a version 1 recording).
     stacks: tuple[CensusStack, ...] | None = None
+    # allgs entries skipped: a G pointer outside user space or to no mapped page (the
+    # target's memory is not trusted); those Gs are in no count above.
+    skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderNote:
+    """A reader of the target's memory that met a bad value: it stopped (``stopped``), or
+    skipped ``skipped`` reads and went on. ``why``: the one line (the first skip's)."""
+
+    part: str  # RT_FEATURE_NAMES
+    stopped: bool
+    skipped: int
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +121,8 @@ class RuntimeView:
     # Of ``missing``, those whose reader stopped mid-run (the target's memory held an
     # implausible value): what was read before that is kept, nothing after.
     stopped: tuple[str, ...] = field(default=())
+    # Every reader that stopped or skipped reads, with why (the report and summary say it).
+    failed: tuple[ReaderNote, ...] = field(default=())
     latency_note: str = LATENCY_NOTE
     source: str = SOURCE_COUNTERS
     # Recent goroutine counts (ts, gcount), one per ~100 ms, for a sparkline or a series.
@@ -144,6 +160,7 @@ class RuntimePart(Part):
         self._has_total: set[int] = set()
         self._missing: set[int] = set()
         self._stopped: set[int] = set()
+        self._notes: dict[int, list[int]] = {}  # feature -> [stop note id, skipped, note id]
         self._ticks: dict[int, list[int]] = {}
         self.reads = 0
         self._since = -1
@@ -162,6 +179,7 @@ class RuntimePart(Part):
             (Kind.RT_TOTAL, self.on_total),
             (Kind.RT_PTICK, self.on_ptick),
             (Kind.RT_MISSING, self.on_missing),
+            (Kind.RT_SKIPPED, self.on_skipped),
             (Kind.CENSUS_BEGIN, self.on_census_begin),
             (Kind.CENSUS_STATE, self.on_census_state),
             (Kind.CENSUS_WAIT, self.on_census_wait),
@@ -219,6 +237,22 @@ class RuntimePart(Part):
         self._missing.add(e[5])
         if e[6] == 1:
             self._stopped.add(e[5])
+            self._notes.setdefault(e[5], [0, 0, 0])[0] = e[4]
+
+    def on_skipped(self, e: EventTuple) -> None:
+        note = self._notes.setdefault(e[5], [0, 0, 0])
+        note[1] += max(e[6], 0)
+        note[2] = note[2] or e[4]
+
+    def _failed(self) -> tuple[ReaderNote, ...]:
+        def text(sid: int) -> str:
+            got = self.stacks.get(sid) if sid else None
+            return got[0] if got else ""
+
+        return tuple(
+            ReaderNote(RT_FEATURE_NAMES.get(f, f"feature {f}"), f in self._stopped, n,
+                       text(stop_sid) or text(skip_sid))
+            for f, (stop_sid, n, skip_sid) in sorted(self._notes.items()))
 
     # ------------------------------------------------------------------ census
 
@@ -337,6 +371,7 @@ class RuntimePart(Part):
             rows=tuple(rows),
             sites=tuple(sites),
             stacks=self._stack_groups(),
+            skipped=e[3],
         )
 
     @staticmethod
@@ -358,7 +393,7 @@ class RuntimePart(Part):
         return stats
 
     def view(self) -> RuntimeView | None:
-        if not self.reads and self._census is None and not self._missing:
+        if not self.reads and self._census is None and not self._missing and not self._notes:
             return None
         has_stw = RtFeature.STW not in self._missing
         g = self._gauges
@@ -394,5 +429,6 @@ class RuntimePart(Part):
             missing=tuple(RT_FEATURE_NAMES.get(f, f"feature {f}") for f in sorted(self._missing)),
             census=self._census,
             stopped=tuple(RT_FEATURE_NAMES.get(f, f"feature {f}") for f in sorted(self._stopped)),
+            failed=self._failed(),
             goroutines_series=tuple(self._series),
         )
