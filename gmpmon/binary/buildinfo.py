@@ -15,12 +15,15 @@ from gmpmon.binary.elf import Elf
 from gmpmon.errors import BinaryFormatError
 
 BUILDINFO_MAGIC = b"\xff Go buildinf:"
+# The version comes first (then the module list, which can be long): this much is read at most,
+# whatever the section header claims.
+MAX_BUILDINFO_READ = 64 << 10
 _VERSION_RE = re.compile(r"go1\.(\d+)(?:\.(\d+)|rc\d+|beta\d+)?")
 
 
 def read_buildinfo_version(elf: Elf) -> str | None:
     """The version string ("go1.27.3"), or None when the binary has no build info."""
-    data = elf.section_data(".go.buildinfo")
+    data = elf.section_data(".go.buildinfo", MAX_BUILDINFO_READ)
     if data is None:
         return None
     if len(data) < 32 or not data.startswith(BUILDINFO_MAGIC):

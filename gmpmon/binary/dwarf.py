@@ -9,13 +9,25 @@ only if it really is a structure type of that name. The walk is the fallback.
 
 from __future__ import annotations
 
-import io
-import mmap
-import struct
-import zlib
+import itertools
 from typing import Any
 
+from gmpmon.binary.dwarfsec import dwarf_info
+from gmpmon.binary.elf import Elf
 from gmpmon.errors import BinaryFormatError
+
+# A hostile DWARF must not make the search slow: occurrences of a struct's name tried as
+# DIEs (Go's has ~6), members of one struct (runtime.m has ~80), typedefs looked through,
+# and DIEs parsed by the walk (its ~200 us a top-level DIE: a 10 MB server's every type
+# takes 4.5 s; it is never needed for DWARF from Go's linker).
+MAX_TRIES = 256
+MAX_MEMBERS = 4096
+MAX_TYPEDEFS = 8
+MAX_WALK_DIES = 50_000
+
+
+class _Damaged(Exception):
+    """DWARF that is not what Go writes (read_offsets names the file)."""
 
 # Struct -> fields the probes read, as dotted paths into nested structs. Keys of the result
 # are "runtime.g.goid" etc.; a field in an atomic wrapper resolves to the value inside it.
@@ -161,24 +173,27 @@ def _member_offset(die: Any) -> int:
             if not b & 0x80:
                 break
         return val
-    raise BinaryFormatError(f"unsupported DW_AT_data_member_location {loc!r}")
+    raise _Damaged(f"unsupported DW_AT_data_member_location {loc!r}")
 
 
 def _type_die(die: Any) -> Any | None:
     if "DW_AT_type" not in die.attributes:
         return None
     t = die.get_DIE_from_attribute("DW_AT_type")
-    # typedefs (rare in Go's DWARF) are looked through.
-    while t is not None and t.tag == "DW_TAG_typedef" and "DW_AT_type" in t.attributes:
+    # typedefs (rare in Go's DWARF) are looked through, a few deep (a loop is not).
+    for _ in range(MAX_TYPEDEFS):
+        if t is None or t.tag != "DW_TAG_typedef" or "DW_AT_type" not in t.attributes:
+            return t
         t = t.get_DIE_from_attribute("DW_AT_type")
-    return t
+    raise _Damaged(f"typedefs nested over {MAX_TYPEDEFS} deep")
 
 
 def _members(struct_die: Any) -> dict[str, Any]:
+    children = list(itertools.islice(struct_die.iter_children(), MAX_MEMBERS + 1))
+    if len(children) > MAX_MEMBERS:
+        raise _Damaged(f"type {_name(struct_die)} has over {MAX_MEMBERS} members")
     return {
-        n: c
-        for c in struct_die.iter_children()
-        if c.tag == "DW_TAG_member" and (n := _name(c)) is not None
+        n: c for c in children if c.tag == "DW_TAG_member" and (n := _name(c)) is not None
     }
 
 
@@ -212,11 +227,13 @@ def _resolve(struct_die: Any, path: str) -> int | None:
 
 def _find_structs(dwarf: Any, names: set[str]) -> dict[str, Any]:
     found: dict[str, Any] = {}
-    info = dwarf.debug_info_sec.stream.getvalue()
+    info = dwarf.debug_info_sec.stream  # a window on the file or the inflated bytes
     for name in names:
         needle = name.encode() + b"\0"
-        pos = info.find(needle)
-        while pos > 0 and name not in found:
+        pos = info.find(needle, 0)  # (an mmap would start at its position)
+        tries = 0
+        while pos > 0 and name not in found and tries < MAX_TRIES:
+            tries += 1
             for code_len in (1, 2):  # the abbrev code is a ULEB128: 1 byte below 128
                 try:
                     die = dwarf.get_DIE_from_refaddr(pos - code_len)
@@ -227,110 +244,29 @@ def _find_structs(dwarf: Any, names: set[str]) -> dict[str, Any]:
                     pass
             pos = info.find(needle, pos + 1)
     missing = names - set(found)
-    if missing:
-        for cu in dwarf.iter_CUs():
-            for die in cu.get_top_DIE().iter_children():
-                if die.tag == "DW_TAG_structure_type" and (n := _name(die)) in missing:
-                    found[n] = die
-                    missing.discard(n)
-            if not missing:
-                break
+    parsed = 0
+    for cu in dwarf.iter_CUs() if missing else ():
+        for die in cu.get_top_DIE().iter_children():
+            if die.tag == "DW_TAG_structure_type" and (n := _name(die)) in missing:
+                found[n] = die
+                missing.discard(n)
+        # pyelftools keeps every DIE it parsed in its unit (a subtree is parsed to find the
+        # next sibling): the budget counts those
+        parsed += len(getattr(cu, "_dielist", ())) or 1
+        if not missing or parsed > MAX_WALK_DIES:
+            break
     return found
 
 
-# What DWARF may take (the binary is not trusted): each debug section, compressed or not,
-# and all of them together. Go's own .debug_info is a few MB (~60 MB for the largest
-# programs); a SHF_COMPRESSED section claiming 3 GiB used to be inflated whole (6.3 GB, 35 s).
-MAX_DWARF_SECTION = 128 << 20
-MAX_DWARF_TOTAL = 256 << 20
-_ELFCOMPRESS_ZLIB = 1
-
-
-def _bounded_elffile(stream: Any, path: str) -> Any:
-    """A pyelftools ELFFile whose DWARF sections are read within the caps above: every
-    size is checked before anything is read or inflated, and an inflated stream must end
-    exactly where its header said."""
-    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor
-    from elftools.elf.elffile import ELFFile
-
-    def over(name: str, size: int, cap: int, what: str) -> BinaryFormatError:
-        return BinaryFormatError(
-            f"{path}: DWARF section {name} {what} {size >> 20} MiB, over gmpmon's cap of "
-            f"{cap >> 20} MiB; refusing to read it",
-            hint="a damaged or hostile binary; rebuild it, or strip its DWARF (-ldflags=-w)",
-        )
-
-    taken = [0]
-
-    def take(name: str, size: int, what: str) -> None:
-        if size > MAX_DWARF_SECTION:
-            raise over(name, size, MAX_DWARF_SECTION, what)
-        if taken[0] + size > MAX_DWARF_TOTAL:
-            raise over(name, taken[0] + size, MAX_DWARF_TOTAL, "would bring DWARF to")
-        taken[0] += size
-
-    class Bounded(ELFFile):
-        def _read_dwarf_section(self, section: Any, relocate_dwarf_sections: bool) -> Any:
-            name = section.name
-            take(name, section["sh_size"], "is")
-            self.stream.seek(section["sh_offset"])
-            raw = self.stream.read(section["sh_size"])
-            if section.compressed:
-                hdr = 24 if self.elfclass == 64 else 12
-                if len(raw) < hdr:
-                    raise BinaryFormatError(f"{path}: DWARF section {name} is truncated")
-                ctype, csize = (struct.unpack_from("<IxxxxQ", raw) if hdr == 24
-                                else struct.unpack_from("<II", raw))
-                if ctype != _ELFCOMPRESS_ZLIB:
-                    raise BinaryFormatError(f"{path}: DWARF section {name}: compression "
-                                            f"type {ctype} is not zlib")
-                take(name, csize, "inflates to")
-                data = _inflate(raw[hdr:], csize, name, path)
-            else:
-                data = raw
-            return DebugSectionDescriptor(
-                stream=io.BytesIO(data), name=name, global_offset=section["sh_offset"],
-                size=len(data), address=section["sh_addr"],
-            )
-
-        @staticmethod
-        def _decompress_dwarf_section(section: DebugSectionDescriptor
-                                      ) -> DebugSectionDescriptor:  # old-style .zdebug_*
-            section.stream.seek(0)
-            head = section.stream.read(12)
-            if len(head) < 12 or head[:4] != b"ZLIB":
-                raise BinaryFormatError(f"{path}: DWARF section {section.name}: bad .zdebug")
-            size = struct.unpack(">Q", head[4:])[0]
-            take(section.name, size, "inflates to")
-            data = _inflate(section.stream.read(), size, section.name, path)
-            return section._replace(stream=io.BytesIO(data), size=len(data))
-
-    return Bounded(stream)
-
-
-def _inflate(comp: bytes, size: int, name: str, path: str) -> bytes:
-    d = zlib.decompressobj()
-    try:
-        out = d.decompress(comp, size + 1)  # never more than the header claims (+1 to tell)
-    except zlib.error as e:
-        raise BinaryFormatError(f"{path}: DWARF section {name}: damaged zlib ({e})") from e
-    if len(out) != size or not d.eof:
-        raise BinaryFormatError(
-            f"{path}: DWARF section {name} does not inflate to the {size} bytes it claims"
-        )
-    return out
-
-
-def read_offsets(data: bytes, path: str) -> dict[str, int] | None:
+def read_offsets(elf: Elf) -> dict[str, int] | None:
     """{"runtime.g.goid": 152, ...} from DWARF, or None when the binary has no DWARF.
-    ``data`` may be an mmap of the file (binary/load.py): it is read as a stream, never
-    copied whole, and DWARF takes at most MAX_DWARF_TOTAL."""
+    Only the sections needed are read, within gmpmon.binary.dwarfsec's caps; anything
+    over them or damaged is a BinaryFormatError."""
+    path = elf.path
     try:
-        stream = data if isinstance(data, mmap.mmap) else io.BytesIO(data)
-        elf = _bounded_elffile(stream, path)
-        if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_info") is None:
+        dwarf = dwarf_info(elf)
+        if dwarf is None:
             return None
-        dwarf = elf.get_dwarf_info()
         structs = _find_structs(dwarf, set(WANTED))
         out: dict[str, int] = {}
         for sname, fields in WANTED.items():
@@ -349,6 +285,8 @@ def read_offsets(data: bytes, path: str) -> dict[str, int] | None:
                 out[key] = off
     except BinaryFormatError:
         raise
+    except _Damaged as e:
+        raise BinaryFormatError(f"{path}: damaged DWARF ({e})") from e
     except Exception as e:  # pyelftools raises anything on damaged DWARF
         raise BinaryFormatError(f"{path}: damaged DWARF ({type(e).__name__}: {e})") from e
     _fold_cpu_stats(out)

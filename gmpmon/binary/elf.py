@@ -29,6 +29,14 @@ R_X86_64_RELATIVE = 8
 # mapped, not read (binary/load.py), so this bounds what a binary costs. Go's largest tables
 # (.gopclntab, .symtab, .strtab of a 150 MB program) are tens of MB.
 MAX_TABLE = 256 << 20
+# What each table may hold, so that what is built from it stays bounded too (each symbol
+# or function becomes Python objects, ~0.3 KB: a table at the cap takes ~300 MB): a Go
+# .symtab has ~1.35 symbols a function, the largest Go programs ~150,000 functions
+# (binary/pclntab.py: MAX_FUNCS).
+MAX_SYMBOLS = 1 << 20
+MAX_RELOCS = 1 << 20  # a PIE Go server has ~10,000 RELATIVE relocations
+# The section name table: a few hundred bytes in any real binary.
+MAX_SECTION_NAMES = 1 << 20
 
 # e_machine -> GOARCH, for naming what we refuse.
 MACHINES: dict[int, str] = {
@@ -123,15 +131,11 @@ class Elf:
             raise BinaryFormatError(f"{self.path}: truncated ELF ({what} out of the file)")
         return struct.unpack_from(fmt, self.data, off)
 
-    def bytes_at(self, off: int, size: int, what: str) -> bytes:
+    def bytes_at(self, off: int, size: int, what: str, cap: int = MAX_TABLE) -> bytes:
         if off < 0 or size < 0 or off + size > len(self.data):
             raise BinaryFormatError(f"{self.path}: truncated ELF ({what} out of the file)")
-        if size > MAX_TABLE:
-            raise BinaryFormatError(
-                f"{self.path}: {what} is {size >> 20} MiB, over gmpmon's cap of "
-                f"{MAX_TABLE >> 20} MiB; refusing to read it",
-                hint="a damaged or hostile binary",
-            )
+        if size > cap:
+            raise over_cap(self.path, f"{what} is {_size(size)}", _size(cap))
         return self.data[off : off + size]
 
     def _read_segments(self, phoff: int, phentsize: int, phnum: int) -> tuple[Segment, ...]:
@@ -166,11 +170,19 @@ class Elf:
             raise BinaryFormatError(f"{self.path}: bad section name table index {shstrndx}")
         strtab = raw[shstrndx]
         str_off, str_size = strtab[4], strtab[5]
-        names = self.bytes_at(str_off, str_size, "section name table")
+        names = self.bytes_at(str_off, str_size, "section name table", MAX_SECTION_NAMES)
         out: list[Section] = []
         for r in raw:
             name_off, stype, flags, addr, off, size, link, _info, _align, entsize = r
-            name = _cstring(names, name_off, self.path)
+            name = cstring(names, name_off, self.path)
+            # The program's own sections must lie in the file; the others (symbols, DWARF)
+            # are checked where they are read, so that bad DWARF alone need not stop gmpmon.
+            if flags & SHF_ALLOC and stype != SHT_NOBITS and off + size > len(self.data):
+                raise BinaryFormatError(
+                    f"{self.path}: section {name or '#' + str(len(out))} ({size} bytes at "
+                    f"offset {off}) lies beyond the end of the file ({len(self.data)} bytes)",
+                    hint="a damaged or hostile binary",
+                )
             out.append(Section(name, stype, flags, addr, off, size, link, entsize))
         return tuple(out)
 
@@ -179,11 +191,13 @@ class Elf:
     def section(self, name: str) -> Section | None:
         return self.sections.get(name)
 
-    def section_data(self, name: str) -> bytes | None:
+    def section_data(self, name: str, limit: int | None = None) -> bytes | None:
+        """The section's bytes (its first ``limit`` bytes at most), None if it has none."""
         s = self.sections.get(name)
         if s is None or s.type == SHT_NOBITS:
             return None
-        return self.bytes_at(s.offset, s.size, f"section {name}")
+        size = s.size if limit is None else min(s.size, limit)
+        return self.bytes_at(s.offset, size, f"section {name}")
 
     def read_vaddr(self, addr: int, size: int) -> bytes:
         """Bytes at a link-time virtual address, from the file (not .bss)."""
@@ -216,6 +230,9 @@ class Elf:
             for s in self.sections.values():
                 if s.type != 4 or s.entsize != 24:  # SHT_RELA, Elf64_Rela
                     continue
+                if s.size // 24 > MAX_RELOCS:
+                    raise over_cap(self.path, f"{s.name} holds {s.size // 24} relocations",
+                                   str(MAX_RELOCS))
                 data = self.bytes_at(s.offset, s.size - s.size % 24, f"section {s.name}")
                 for off, info, addend in struct.iter_unpack("<QQq", data):
                     if info & 0xFFFFFFFF == R_X86_64_RELATIVE:
@@ -234,6 +251,8 @@ class Elf:
             raise BinaryFormatError(f"{self.path}: .symtab has no string table")
         if s.link >= len(self._by_index):
             raise BinaryFormatError(f"{self.path}: .symtab string table index {s.link} is bad")
+        if s.size // 24 > MAX_SYMBOLS:
+            raise over_cap(self.path, f".symtab holds {s.size // 24} symbols", str(MAX_SYMBOLS))
         strsec = self._by_index[s.link]
         names = self.bytes_at(strsec.offset, strsec.size, ".strtab")
         return names, self.bytes_at(s.offset, s.size - s.size % 24, ".symtab")
@@ -248,11 +267,23 @@ class Elf:
         for name_off, info, _other, _shndx, value, size in struct.iter_unpack("<IBBHQQ", data):
             stype = info & 0xF
             if stype in (STT_FUNC, STT_OBJECT) and name_off:
-                out.append(Symbol(_cstring(names, name_off, self.path), value, size, stype))
+                out.append(Symbol(cstring(names, name_off, self.path), value, size, stype))
         return out
 
 
-def _cstring(buf: bytes, off: int, path: str) -> str:
+def over_cap(path: str, what: str, cap: str) -> BinaryFormatError:
+    """The one line for a binary over one of gmpmon's caps (docs/safety.md)."""
+    return BinaryFormatError(
+        f"{path}: {what}, over gmpmon's cap of {cap}; refusing to read it",
+        hint="a damaged or hostile binary",
+    )
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def cstring(buf: bytes, off: int, path: str) -> str:
     if not 0 <= off <= len(buf):
         raise BinaryFormatError(f"{path}: string offset {off} out of its table")
     end = buf.find(b"\0", off)

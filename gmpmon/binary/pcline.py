@@ -46,6 +46,7 @@ class LineTable:
          func_off) = struct.unpack_from("<8Q", data, base + 8)
         self.cu_off, self.file_off = base + cu_off, base + file_off
         self.pc_off, self.func_off = base + pc_off, base + func_off
+        pclntab.check_nfunc(elf, nfunc)
         if text == 0:
             text = pclntab.text_start_from_moduledata(elf, sec.addr) or 0
         self.text = text

@@ -14,15 +14,20 @@ pointer to the pcHeader, so it is found by looking for the .gopclntab address in
 from __future__ import annotations
 
 import struct
+from array import array
 from dataclasses import dataclass
 
-from gmpmon.binary.elf import ET_DYN, Elf
+from gmpmon.binary.elf import ET_DYN, SHT_NOBITS, Elf, over_cap
 from gmpmon.errors import BinaryFormatError, UnsupportedError
 
 MAGIC_118 = 0xFFFFFFF0  # Go 1.18-1.19
 MAGIC_120 = 0xFFFFFFF1  # Go 1.20+
 OLD_MAGICS = {0xFFFFFFFB: "1.2-1.15", 0xFFFFFFFA: "1.16-1.17"}
 MODULEDATA_TEXT_OFFSET = 176
+# Functions a .gopclntab may list (each becomes Python objects in a function table: a table
+# at the cap takes ~300 MB): ~5.7 times the largest Go program seen (138,446 functions in a
+# 127 MB binary of the Google Cloud SDK).
+MAX_FUNCS = 3 << 18
 
 
 # moduledata (runtime/symtab.go), the same in 1.19-1.27 up to ``bss``'s end: after the
@@ -47,15 +52,18 @@ def find_moduledata(elf: Elf, pcln_addr: int) -> int | None:
     needle = struct.pack("<Q", pcln_addr)
     for name in (".go.module", ".noptrdata", ".data.rel.ro", ".data"):
         sec = elf.section(name)
-        data = elf.section_data(name)
-        if sec is None or data is None:
+        if sec is None or sec.type == SHT_NOBITS:
             continue
+        # searched in place (the mapped file), not copied: .noptrdata can be megabytes
+        lo, hi = sec.offset, sec.offset + sec.size
+        if hi > len(elf.data):
+            raise BinaryFormatError(f"{elf.path}: section {name} lies beyond the end of the file")
         candidates = []
-        pos = data.find(needle)
+        pos = elf.data.find(needle, lo, hi)
         while pos >= 0:
-            if pos % 8 == 0:
-                candidates.append(sec.addr + pos)
-            pos = data.find(needle, pos + 1)
+            if (pos - lo) % 8 == 0:
+                candidates.append(sec.addr + pos - lo)
+            pos = elf.data.find(needle, pos + 1, hi)
         if not candidates and elf.etype == ET_DYN:  # PIE: the pointer is a load-time relocation
             candidates = sorted(
                 a
@@ -136,6 +144,7 @@ def read_header(elf: Elf) -> Header:
     nfunc, _nfiles, text_start, funcname_off, cu_off, _ft, _pct, pcln_off = struct.unpack_from(
         "<8Q", data, 8
     )
+    check_nfunc(elf, nfunc)
     if text_start == 0:
         found = text_start_from_moduledata(elf, sec.addr)
         if found is None:
@@ -151,12 +160,18 @@ def read_header(elf: Elf) -> Header:
     return Header(data, text_start, nfunc, funcname_off, names_end, pcln_off)
 
 
-def read_pclntab(elf: Elf) -> list[tuple[str, int, int]]:
-    """[(name, entry, end)] for every function, in pclntab (address) order."""
-    h = read_header(elf)
+def check_nfunc(elf: Elf, nfunc: int) -> None:
+    if nfunc > MAX_FUNCS:
+        raise over_cap(elf.path, f".gopclntab lists {nfunc} functions", str(MAX_FUNCS))
+
+
+def read_pclntab(elf: Elf, h: Header | None = None) -> list[tuple[str, int, int]]:
+    """[(name, entry, end)] for every function, in pclntab (address) order (``h``: its
+    header, if read already: the section is not copied again)."""
+    h = h or read_header(elf)
     data, nfunc, funcname_off, pcln_off = h.data, h.nfunc, h.funcname_off, h.pcln_off
     text_start = h.text_start
-    tab = struct.unpack_from(f"<{2 * nfunc + 1}I", data, pcln_off)
+    tab = array("I", data[pcln_off : pcln_off + 4 * (2 * nfunc + 1)])
     names = memoryview(data)[funcname_off:]
     out: list[tuple[str, int, int]] = []
     for i in range(nfunc):

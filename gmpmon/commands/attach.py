@@ -164,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     with target_may_vanish(pid):
         info = load_pid(pid)
         info = gate_layout(info, pid)
+        if "dwarf" in info.missing_optional:  # a hostile binary's DWARF: said, not fatal
+            print(f"gmpmon: {info.path}: {info.missing_optional['dwarf']}", file=sys.stderr)
         if "layout" in info.missing_optional:  # said once here; the readers stay quiet
             print(f"gmpmon: {info.missing_optional['layout']}", file=sys.stderr)
         session = LiveSession(
@@ -501,6 +503,9 @@ def run_many(args: argparse.Namespace, pids: list[int]) -> int:
                     with target_may_vanish(pid):
                         info = load_pid(pid)
                         info = gate_layout(info, pid)
+                        if "dwarf" in info.missing_optional:
+                            print(f"gmpmon: {pid}: {info.missing_optional['dwarf']}",
+                                  file=sys.stderr)
                         if "layout" in info.missing_optional:
                             print(f"gmpmon: {pid}: {info.missing_optional['layout']}",
                                   file=sys.stderr)

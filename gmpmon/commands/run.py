@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
     data = read_file(exe)  # read once: the BinaryInfo, and a PIE's PT_LOAD segments
     info = load_elf(data, exe)
+    if "dwarf" in info.missing_optional:  # a hostile binary's DWARF: said, not fatal
+        print(f"gmpmon: {exe}: {info.missing_optional['dwarf']}", file=sys.stderr)
     # The segments before the child goes: a short program (spawn -n 500) could exit while
     # the whole binary was read after its exec, and /proc/PID/maps then has no bias.
     segments = load_segments(Elf(data, exe)) if info.pie else None

@@ -66,12 +66,13 @@ def test_lookups_by_name_equal_the_full_walk(version: str, mode: str) -> None:
         for pc in (s, s + 1, e - 1, e):
             assert lite.name_at(pc) == ft.lookup(pc), hex(pc)
     assert lite.name_at(ft.starts[0] - 1) is None
-    assert bool(lite.globals) == bool(full.globals)
-    for name, hit in full.globals.items():
+    walked = full.walked_globals  # the dict of every object symbol, by a walk
+    assert bool(lite.globals) == bool(walked) == bool(full.globals)
+    for name, hit in walked.items():
         assert lite.globals[name] == hit, name
     assert lite.globals.get("runtime.nosuchvariable") is None
-    if full.globals:
-        assert dict(lite.globals) == dict(full.globals)
+    if walked:
+        assert dict(lite.globals) == walked
 
 
 def reference_decode(name: str, entry: int, code: bytes) -> finders.Decoded:
