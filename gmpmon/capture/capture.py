@@ -25,7 +25,7 @@ from gmpmon.capture.bpfprog import BpfProgram, ProbePlan, plan_probes
 from gmpmon.capture.budget import CostStatus, prior_hits_per_s
 from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.gosites import GoSites
-from gmpmon.capture.hotctl import HotControl, WindowFact, start_hotctl
+from gmpmon.capture.hotparent import HotControl, WindowFact, start_hotctl
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
 from gmpmon.capture.perfsample import SAMPLE_HZ
 from gmpmon.capture.pipeline import BatchQueue

@@ -38,7 +38,6 @@ import json
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -46,12 +45,10 @@ from typing import TYPE_CHECKING
 
 from gmpmon.capture import bpfsys
 from gmpmon.capture.budget import BudgetPlanner, CostStatus
-from gmpmon.errors import CaptureError
 from gmpmon.probetable import HANDLERS as HANDLER_NAMES
 
 if TYPE_CHECKING:
-    from gmpmon.capture.bpfprog import BpfProgram
-    from gmpmon.capture.sites import Site
+    pass
 
 ACCOUNT_S = 0.1
 ACCOUNT_IDLE_S = 0.5  # ... when no window is open or just closed (ACCOUNT_BUSY_S)
@@ -492,150 +489,6 @@ def main() -> int:
         if ctl.stats_fd >= 0:
             os.close(ctl.stats_fd)
     return 0
-
-
-# --- the parent's side ----------------------------------------------------------------------
-
-
-@dataclass
-class WindowFact:
-    on: bool
-    ts: int
-    planned_ns: int = 0  # on: the window's planned length (extended: the burst's length)
-    overstay_ns: int = 0  # off: how far past its planned end it was detached
-    burst: str = ""  # on: the trigger that asked for it ("" for a budgeted window)
-    extended: bool = False  # on: a burst extended the window already open
-    whole: bool = False  # on: every hot site is in since ts (planned_ns: how long that took)
-
-
-def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
-               window_ns: int, period_ns: int, prior: bool = False) -> HotConfig:
-    """The controller's config for this program's hot sites."""
-    from gmpmon.capture.bpfprog import BPF_TRACE_UPROBE_MULTI
-    from gmpmon.probetable import HANDLERS
-
-    fn = prog.bpf.load_func(b"gmpmon_probe", prog._kprobe_type, None, BPF_TRACE_UPROBE_MULTI)
-    offsets = []
-    for s in sites:
-        off = prog._text.file_offset(s.addr)
-        if off is None:
-            raise CaptureError(f"{s.role} at {s.addr:#x} is outside the file's segments")
-        offsets.append(off)
-    cookies = [s.hid for s in sites]
-    links = [s.cookie for s in sites]
-    hit_cost = float(os.environ.get("GMPMON_HIT_COST_US", "0") or 0) * 1e-6
-    return HotConfig(
-        prog_fd=fn.fd, hits_fd=prog.bpf[b"hits"].map_fd, cfg_fd=prog.bpf[b"cfg"].map_fd,
-        path=prog.path, offsets=offsets, cookies=cookies, links=links, hot_ids=sorted(set(cookies)),
-        n_handlers=len(HANDLERS), pid=pid, budget_pct=budget_pct, window_ns=window_ns,
-        period_ns=period_ns, hit_cost_s=hit_cost, prior=prior,
-    )
-
-
-class HotControl:
-    """The parent's handle on the controller process."""
-
-    def __init__(self, cfg: HotConfig) -> None:
-        fds = (cfg.prog_fd, cfg.hits_fd, cfg.cfg_fd)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gmpmon.capture.hotctl"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=fds, close_fds=True,
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(dataclasses.asdict(cfg)).encode() + b"\n")
-        self.proc.stdin.flush()
-        self._out = self.proc.stdout.fileno()
-        os.set_blocking(self._out, False)
-        self._buf = b""
-        self.status: CostStatus | None = None
-        self.hit_cost_s = 0.0
-        self.errors: list[str] = []
-
-    def poll(self) -> list[WindowFact]:
-        """Window facts since the last call (in order); updates status and errors."""
-        facts: list[WindowFact] = []
-        while True:
-            try:
-                chunk = os.read(self._out, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            self._buf += chunk
-        while b"\n" in self._buf:
-            raw, self._buf = self._buf.split(b"\n", 1)
-            line = raw.decode(errors="replace")
-            tag, _, rest = line.partition(" ")
-            if tag == "W":
-                w = rest.split()
-                if w[0] == "3":
-                    facts.append(WindowFact(True, int(w[1]), planned_ns=int(w[2]), whole=True))
-                elif w[0] in ("1", "2"):
-                    facts.append(WindowFact(True, int(w[1]), planned_ns=int(w[2]),
-                                            burst="" if w[3] == "-" else w[3],
-                                            extended=w[0] == "2"))
-                else:
-                    facts.append(WindowFact(False, int(w[1]), overstay_ns=int(w[2])))
-            elif tag == "C":
-                self.status = CostStatus(**json.loads(rest))
-            elif tag == "CAL":
-                self.hit_cost_s = float(rest)
-            elif tag == "E":
-                self.errors.append(rest)
-        return facts
-
-    def burst(self, ms: float, name: str) -> None:
-        self._send(f"burst {ms:g} {name}")
-
-    def prior(self, hits_per_s: float, busy_ps: int) -> None:
-        """Hot hits per second to expect and the Ps running, from the runtime's counters
-        (budget.py)."""
-        self._send(f"prior {hits_per_s:.1f} {busy_ps}")
-
-    def watch_cost(self, cpu_per_hit_s: float) -> None:
-        """gmpmon's own CPU per hot hit, as the parent measured it (BudgetPlanner)."""
-        self._send(f"watch {cpu_per_hit_s:.9f}")
-
-    def _send(self, line: str) -> None:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(line.encode() + b"\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout: float = 2.0) -> list[WindowFact]:
-        """Ask it to detach and exit; kill it (it is our child) if it does not in time."""
-        self._send("quit")
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.set_blocking(self._out, True)
-        facts = self.poll()
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        return facts
-
-
-def start_hotctl(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
-                 window_ns: int, period_ns: int, prior: bool = False) -> HotControl | None:
-    """The controller for default mode; None where it cannot run (no uprobe_multi links:
-    capture then keeps the old in-thread duty cycle)."""
-    from gmpmon.capture.bpfprog import uprobe_multi_supported
-
-    if not sites or not uprobe_multi_supported():
-        return None
-    if os.environ.get("GMPMON_NO_HOTCTL", "") not in ("", "0"):
-        return None
-    return HotControl(config_for(prog, sites, pid, budget_pct, window_ns, period_ns, prior))
 
 
 if __name__ == "__main__":

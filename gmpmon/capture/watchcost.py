@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 
 from gmpmon.capture.budget import CostStatus
-from gmpmon.capture.hotctl import WindowFact
+from gmpmon.capture.hotparent import WindowFact
 from gmpmon.events import COST_WATCH_SHIFT, EventTuple, Kind
 
 WATCH_SPAN = 40  # intervals (10 s) in the slope
