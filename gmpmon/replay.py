@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from operator import itemgetter
@@ -23,6 +24,7 @@ from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.record import FrameInfo, Recording, read_recording
+from gmpmon.recread import content_error
 from gmpmon.source import SourceStatus
 
 _TS = itemgetter(0)
@@ -85,6 +87,7 @@ class ReplaySource:
         checkpoint_events: int = 1_000_000,
     ) -> None:
         self.recording = read_recording(path)
+        self.failure: RecordingError | None = None  # content the model could not take
         # Going back restores the newest model copy taken before the target (one every
         # checkpoint_events events, at batch boundaries) instead of re-feeding from the start.
         self.checkpoint_events = checkpoint_events
@@ -96,19 +99,21 @@ class ReplaySource:
         self.tick_s = tick_s
         self._clock = clock
         self._lock = threading.Lock()
-        frames = [info for info, _ in self.recording.frames()]
+        # Where each chunk starts, for going back (two machine words a chunk: a file of
+        # many tiny frames must not cost a Python object each).
+        self._frame_offsets = array("q")
+        self._frame_chunks = array("l")
+        start = end = None
+        for info, _ in self.recording.frames():
+            self._frame_offsets.append(info.offset)
+            self._frame_chunks.append(info.chunk)
+            if info.n_events:
+                start = info.first_ts if start is None else min(start, info.first_ts)
+                end = info.last_ts if end is None else max(end, info.last_ts)
+        check_damage(self.recording)
         self.error = stop_note(self.recording)
-        self._frames = frames
-        if frames:
-            self._start = (
-                min(f.first_ts for f in frames if f.n_events)
-                if any(f.n_events for f in frames)
-                else self.header.start_ns
-            )
-            self._end = max(f.last_ts for f in frames)
-        else:
-            self._start = self._end = self.header.start_ns
-        self._end = max(self._end, self._start)
+        self._start = self.header.start_ns if start is None else start
+        self._end = max(self._start if end is None else end, self._start)
         self._paused = paused
         self._closed = False
         self._model = Model(self.header)
@@ -140,7 +145,9 @@ class ReplaySource:
     def status(self) -> str:
         start, pos, end = self.position()
         where = f"{(pos - start) / 1e9:.1f}/{(end - start) / 1e9:.1f}s"
-        if self._at_end:
+        if self.failure is not None:
+            state = "stopped: malformed recording content"
+        elif self._at_end:
             state = "end of recording" if self.error is None else "end of good batches"
         elif self._paused:
             state = "paused"
@@ -149,8 +156,9 @@ class ReplaySource:
         return f"replay {where} {state}"
 
     def state(self) -> SourceStatus:
+        error = self.failure or self.error
         return SourceStatus(line=self.status(), live=False, finished=self._at_end,
-                            error=str(self.error) if self.error is not None else "")
+                            error=str(error) if error is not None else "")
 
     # --- SeekControl ---------------------------------------------------------------------
 
@@ -180,7 +188,7 @@ class ReplaySource:
         """Advance by the wall time since the last tick (x speed) unless paused."""
         now = self._clock()
         wall, self._last_wall = now - self._last_wall, now
-        if self._paused or self._at_end:
+        if self._paused or self._at_end or self.failure is not None:
             return
         with self._lock:
             self._goto(self._pos + int(wall * self.speed * 1e9))
@@ -191,10 +199,19 @@ class ReplaySource:
             self.tick()
 
     def _goto(self, target: int) -> None:
+        """Called from the TUI's thread and the playback thread: content the model cannot
+        take stops the replay where it is (``failure``, said by the status line and by
+        `gmpmon replay` once the TUI ends: exit 9) instead of raising into either."""
+        if self.failure is not None:
+            return
         target = min(max(target, self._start), self._end)
-        if target < self._pos:
-            self._reset(target)
-        self._advance(target)
+        try:
+            if target < self._pos:
+                self._reset(target)
+            self._advance(target)
+        except (Exception, MemoryError, RecursionError) as e:
+            self.failure = content_error(self.recording.path, e)
+            self._paused = True
 
     def _reset(self, target: int) -> None:
         reach = target + self._model.reorder_ns
@@ -211,8 +228,9 @@ class ReplaySource:
             self._model = copy.deepcopy(model)
             self._next_frame = idx
             self._frames_iter = (
-                self.recording.frames(start_offset=self._frames[idx].offset)
-                if idx < len(self._frames)
+                self.recording.frames(start_offset=self._frame_offsets[idx],
+                                      start_chunk=self._frame_chunks[idx])
+                if idx < len(self._frame_offsets)
                 else iter(())
             )
         self._since_checkpoint = 0

@@ -5,7 +5,7 @@ within CI time (a fresh `python -m gmpmon` costs ~0.5-1 s here, a fork ~10 ms).
     prlimit --as=1000000000 python -m tests.hostile_forkrun < cases.json > results.json
 
 stdin: a JSON list of argv lists (without "gmpmon"). stdout: a JSON list of {code, out, err,
-seconds, max_rss_mb}, one per case. Each child runs gmpmon.cli.main (what `python -m gmpmon`
+seconds, max_rss_mb, cpu_s}, one per case. Each child runs gmpmon.cli.main (what `python -m gmpmon`
 runs) with its stdout and stderr in files, under the limits this process was started with
 (an rlimit is inherited); an exception that escapes main is printed as Python would (a
 traceback) and exits 1, so the caller sees it."""
@@ -72,6 +72,7 @@ def run_all(cases: list[list[str]], timeout: float = 30.0) -> list[dict[str, obj
                 "out": out.read().decode("utf-8", "replace")[-20000:],
                 "err": err.read().decode("utf-8", "replace")[-20000:],
                 "seconds": took, "max_rss_mb": ru.ru_maxrss / 1024,
+                "cpu_s": ru.ru_utime + ru.ru_stime,
             })
     return results
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 from gmpmon.errors import UsageError
 from gmpmon.export import FORMATS
@@ -81,15 +81,16 @@ def run(args: argparse.Namespace) -> int:
     with content_checked(args.file):
         exporter = make_exporter(args.format, rec.header, what=args.what, weight=args.weight)
         export_recording(rec, exporter)
-        data = exporter.render() if to_stdout else b""
     check_damage(rec)
     note = stop_note(rec)
     if note:
         print(f"gmpmon: {note}", file=sys.stderr)
     if to_stdout:
-        sys.stdout.buffer.write(data)
+        out = _Counting(sys.stdout.buffer)
+        with content_checked(args.file):
+            exporter.dump(out)
         sys.stdout.buffer.flush()
-        where, size = "standard output", len(data)
+        where, size = "standard output", out.bytes
     else:
         with content_checked(args.file):
             exporter.write(args.output)
@@ -97,3 +98,15 @@ def run(args: argparse.Namespace) -> int:
     # On stderr, so that `-o -` keeps standard output for the data alone.
     print(f"gmpmon: wrote {args.format} to {where} ({size:,} bytes)", file=sys.stderr)
     return 0
+
+
+class _Counting:
+    """Standard output, counting what is written (for the closing line)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+        self.bytes = 0
+
+    def write(self, data: bytes) -> int:
+        self.bytes += len(data)
+        return self.f.write(data)

@@ -60,11 +60,14 @@ def run(args: argparse.Namespace) -> int:
     if not headless and sys.stdout.isatty() and sys.stdin.isatty():
         from gmpmon.tui.app import run_tui
 
-        src = ReplaySource(args.file, speed=args.speed)
+        with content_checked(args.file):
+            src = ReplaySource(args.file, speed=args.speed)
         try:
             run_tui(src)
         finally:
             src.close()
+        if src.failure is not None:
+            raise src.failure
         if src.error:
             print(f"gmpmon: {src.error}", file=sys.stderr)
         return 0
@@ -82,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
             ex = JsonExporter(rec.header)
             ex.add(snap)
+            ex.recording_read(rec)
             check_damage(rec)
             ex.write(args.summary_json)
     check_damage(rec)
@@ -91,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     if report is not None:
         from gmpmon.report import for_stream
 
+        if rec.error is not None:  # the report says it too: it is of the good batches only
+            report = f"{report.rstrip()}\n\nrecording read in part: {note}\n"
         sys.stdout.write(for_stream(report, sys.stdout))
     return 0
 
@@ -118,7 +124,8 @@ def _replay(rec: Recording, interval: float | None, out: Callable[[str], object]
             snap = snapshot_with_findings(model)  # the time since the previous one, gaps included
             out(interval_line(snap, prev) + "\n")
             prev = snap
-            while next_at <= batch.events[-1][0]:
-                next_at += step
+            # The next boundary past this batch (arithmetic: a recording's timestamps may
+            # jump by centuries, and a loop of steps would not end).
+            next_at += ((batch.events[-1][0] - next_at) // step + 1) * step
     model.flush()
     return snapshot_with_findings(model)

@@ -23,6 +23,7 @@ from gmpmon.model.kernelview import KernelView
 from gmpmon.model.quantities import Measured, measure_all
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, Snapshot
+from gmpmon.record import Recording
 from gmpmon.thinning import thinning
 
 SCHEMA_VERSION = 4
@@ -436,6 +437,11 @@ class JsonExporter(Exporter):
 
     def add(self, snapshot: Snapshot) -> None:
         self.doc = summary(snapshot)
+
+    def recording_read(self, rec: Recording) -> None:
+        if self.doc is not None and rec.error is not None:
+            self.doc["recording"] = {"stopped_at": rec.stopped_at, "error": rec.error,
+                                     "batches_used": rec.batches_read}
 
     def render(self) -> bytes:
         return (json.dumps(self.doc, indent=2, sort_keys=False) + "\n").encode()

@@ -7,20 +7,26 @@ track) and parks (on the P's track). Timestamps are µs from the first event wit
 (ns precision). ui.perfetto.dev and chrome://tracing open it.
 
 Events are kept as ready-made JSON text (a recording can hold millions of spans: a dict per
-event would cost ~10x the memory and time).
+event would cost ~10x the memory and time), and past SPOOL_EVENTS of them they go to an
+anonymous temporary file: memory stays bounded whatever the recording's length (a 500 KB
+recording can make a 300 MB trace).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import shutil
+import tempfile
+from typing import IO
 
 from gmpmon.events import Batch, Header, Kind
-from gmpmon.export.base import Exporter
+from gmpmon.export.base import Exporter, Sink
 from gmpmon.files import open_private
+from gmpmon.model.sched import MAX_PROCS
 from gmpmon.model.snapshot import PState, Snapshot
 
 STW_TID = 1_000_000
+SPOOL_EVENTS = 20_000
 _HEAD = '{"displayTimeUnit":"ns","traceEvents":[\n'
 _TAIL = "\n]}\n"
 _SPAN_NAMES = {
@@ -40,11 +46,14 @@ class PerfettoExporter(Exporter):
     def __init__(self, header: Header) -> None:
         super().__init__(header)
         self.origin = -1
-        self.events: list[str] = []
+        self.events: list[str] = []  # the newest, not yet in the spool
+        self._spool: IO[bytes] | None = None
+        self._spooled = 0  # events in the spool
         self.procs: set[int] = set()
-        self.stw: list[tuple[int, int]] = []
+        self.stw = 0  # pauses on the stop-the-world track
         self._stw_start = -1
         self._pid = int(header.pid)
+        self._reasons: dict[int, str] = {}
 
     def _us(self, ts: int) -> str:
         if self.origin < 0:
@@ -52,39 +61,66 @@ class PerfettoExporter(Exporter):
         d = ts - self.origin
         return f"{'-' if d < 0 else ''}{abs(d) // 1000}.{abs(d) % 1000:03d}"
 
-    def _instant(self, ts: int, tid: int, name: str, cat: str, args: dict[str, Any]) -> str:
+    def _instant(self, ts: int, tid: int, name: str, cat: str, args: str) -> str:
+        """``name`` and ``args`` are JSON already."""
         return (
             f'{{"ph":"i","s":"t","pid":{self._pid},"tid":{tid},"ts":{self._us(ts)},'
-            f'"name":{json.dumps(name)},"cat":"{cat}","args":{json.dumps(args)}}}'
+            f'"name":{name},"cat":"{cat}","args":{args}}}'
         )
+
+    def _reason(self, a0: int) -> str:
+        """A wait reason's name as JSON text (made once each: a recording holds millions of
+        parks and a few dozen reasons)."""
+        got = self._reasons.get(a0)
+        if got is None:
+            wr = self.header.wait_reasons
+            got = json.dumps(wr[a0] if 0 <= a0 < len(wr) and wr[a0] else f"waitreason({a0})")
+            if len(self._reasons) < 4096:
+                self._reasons[a0] = got
+        return got
 
     def add_batch(self, batch: Batch) -> None:
         if self.origin < 0 and batch.events:
             self.origin = batch.events[0][0]
-        wr = self.header.wait_reasons
         out = self.events
         for ts, kind, p, _m, g, a0, a1 in batch.events:
             if kind == K_STW_START:
                 self._stw_start = ts
             elif kind == K_STW_END:
                 start = self._stw_start if self._stw_start >= 0 else ts - a1
-                self.stw.append((start, ts))
+                d = ts - start
+                out.append(
+                    f'{{"ph":"X","pid":{self._pid},"tid":{STW_TID},"ts":{self._us(start)},'
+                    f'"dur":{d // 1000}.{d % 1000:03d},"name":"STW","cat":"stw"}}'
+                )
+                self.stw += 1
                 self._stw_start = -1
             elif kind == K_STEAL and a1:
-                self.procs.add(p)
-                out.append(
-                    self._instant(
-                        ts, p, f"steal {a1} from P{a0}", "steal", {"victim": a0, "goroutines": a1}
-                    )
-                )
+                self._track(p)
+                out.append(self._instant(ts, p, f'"steal {a1} from P{a0}"', "steal",
+                                         f'{{"victim":{a0},"goroutines":{a1}}}'))
             elif kind == K_PARK and p >= 0:
-                reason = wr[a0] if 0 <= a0 < len(wr) and wr[a0] else f"waitreason({a0})"
-                self.procs.add(p)
-                out.append(
-                    self._instant(
-                        ts, p, f"park G{g}: {reason}", "park", {"goid": g, "reason": reason}
-                    )
-                )
+                reason = self._reason(a0)
+                self._track(p)
+                out.append(self._instant(ts, p, f'"park G{g}: {reason[1:]}', "park",
+                                         f'{{"goid":{g},"reason":{reason}}}'))
+
+        if len(out) >= SPOOL_EVENTS:
+            self._spill()
+
+    def _track(self, p: int) -> None:
+        """A P's track gets a name (P ids past the model's bound are corrupt input: their
+        events keep their tid, without a name for each)."""
+        if 0 <= p < MAX_PROCS:
+            self.procs.add(p)
+
+    def _spill(self) -> None:
+        if self._spool is None:
+            self._spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the exporter
+        sep = ",\n" if self._spooled else ""
+        self._spool.write((sep + ",\n".join(self.events)).encode())
+        self._spooled += len(self.events)
+        self.events.clear()
 
     def on_span(self, p: int, start: int, end: int, state: int, goid: int) -> None:
         if state == P_RUNNING:
@@ -100,6 +136,8 @@ class PerfettoExporter(Exporter):
             f'{{"ph":"X","pid":{self._pid},"tid":{p},"ts":{self._us(start)},'
             f'"dur":{d // 1000}.{d % 1000:03d},"name":"{name}","cat":"{cat}","args":{args}}}'
         )
+        if len(self.events) >= SPOOL_EVENTS:
+            self._spill()
 
     def add(self, snapshot: Snapshot) -> None:
         for pv in snapshot.procs:
@@ -127,22 +165,30 @@ class PerfettoExporter(Exporter):
                 f'{{"ph":"M","pid":{pid},"tid":{STW_TID},"name":"thread_name",'
                 f'"args":{{"name":"stop-the-world"}}}}'
             )
-        for s, e in self.stw:
-            d = e - s
-            meta.append(
-                f'{{"ph":"X","pid":{pid},"tid":{STW_TID},"ts":{self._us(s)},'
-                f'"dur":{d // 1000}.{d % 1000:03d},"name":"STW","cat":"stw"}}'
-            )
         return meta
 
     def render(self) -> bytes:
-        return (_HEAD + ",\n".join(self._meta() + self.events) + _TAIL).encode()
+        with tempfile.TemporaryFile() as f:
+            self.dump(f)
+            f.seek(0)
+            return f.read()
+
+    def dump(self, f: Sink) -> None:
+        """The metadata, then the spooled events, then the newest."""
+        meta = self._meta()
+        f.write((_HEAD + ",\n".join(meta)).encode())
+        sep = ",\n" if meta else ""
+        if self._spool is not None:
+            self._spool.seek(0)
+            f.write(sep.encode())
+            shutil.copyfileobj(self._spool, f, 1 << 20)
+            self._spool.seek(0, 2)  # where the next spill appends
+            sep = ",\n"
+        for i in range(0, len(self.events), SPOOL_EVENTS):
+            f.write((sep + ",\n".join(self.events[i : i + SPOOL_EVENTS])).encode())
+            sep = ",\n"
+        f.write(_TAIL.encode())
 
     def write(self, path: str) -> None:
-        items = self._meta() + self.events
         with open_private(path) as f:
-            f.write(_HEAD.encode())
-            for i in range(0, len(items), 20_000):
-                sep = ",\n" if i else ""
-                f.write((sep + ",\n".join(items[i : i + 20_000])).encode())
-            f.write(_TAIL.encode())
+            self.dump(f)

@@ -48,6 +48,10 @@ from gmpmon.model.snapshot import Snapshot
 from gmpmon.model.steals import Steals
 
 WINDOW_SPANS = 256
+# Events the reorder buffer holds at most: beyond, the oldest are applied (as if later ones
+# had arrived late). Live, it holds reorder_ns of events (~10k at 2M events/s); a recording
+# whose timestamps barely move would otherwise be held whole until the end.
+MAX_PENDING = 1 << 17
 
 __all__ = [
     "HOT_KINDS",
@@ -225,6 +229,7 @@ class Model:
             if ev[-1][0] < ev[0][0] or not _sorted_ts(ev):
                 pend.sort(key=_TS)
         cut = bisect_right(pend, pend[-1][0] - self.reorder_ns, key=_TS)
+        cut = max(cut, len(pend) - MAX_PENDING)
         if cut:
             ready = pend[:cut]
             del pend[:cut]

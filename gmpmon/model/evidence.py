@@ -57,6 +57,9 @@ LATENCY_SAMPLES = 20_000
 MAX_LONG_RUNS = 64
 MAX_TABLE = 10_000
 CAUSE_WINDOW_NS = 2_000_000  # a PARK/SYSCALL_ENTER on the same M this recent caused a hand-off
+# Events of that window kept at most (live ~4k at 2M events/s; a recording whose timestamps
+# barely move would otherwise keep all of them, and copy them at every chunk).
+MAX_TAIL = 1 << 15
 RUNQ_MAX = 256  # len(p.runq)
 RUNQ_FULL = 240  # a reading this high is at the limit: runqput spills half at 256
 _NS = 1_000_000_000
@@ -180,7 +183,7 @@ class FindingsTracker:
         # through them for its M's PARK/SYSCALL_ENTER (whatever the chunking).
         tail = self._tail + events if self._tail else events
         cut = bisect_left(tail, tail[-1][0] - CAUSE_WINDOW_NS, key=_TS)
-        self._tail = tail[cut:]
+        self._tail = tail[max(cut, len(tail) - MAX_TAIL):]
 
     def begin(self, ts: int) -> None:
         """The first event's time: the Model calls it before its handlers, which report
@@ -327,7 +330,7 @@ class FindingsTracker:
 
     def global_runq(self, ts: int, n: int) -> None:
         """A global runq reading above this second's maximum, or the first of a second."""
-        if n == U64_MAX or n > 1 << 31:
+        if n < 0 or n == U64_MAX or n > 1 << 31:  # negative: a recording's, never capture's
             return
         if n > self.max_global:
             self.max_global = n

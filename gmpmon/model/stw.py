@@ -16,6 +16,10 @@ from typing import Any
 from gmpmon.events import Counter, EventTuple, Kind
 from gmpmon.model.part import Context, Counted, Handler, Part, View, add_row
 
+# Pauses kept for the timeline's window at most (a GC every millisecond makes ~20k in 10 s;
+# a recording whose timestamps barely move would otherwise keep every one).
+MAX_SPANS = 1 << 15
+
 
 class Stw(Part):
     def __init__(self, ctx: Context) -> None:
@@ -24,7 +28,7 @@ class Stw(Part):
         self.start = -1
         self.reason = 0
         self.max_ns = 0
-        self.spans: deque[tuple[int, int]] = deque()
+        self.spans: deque[tuple[int, int]] = deque(maxlen=MAX_SPANS)
         self.by_reason: dict[int, list[int]] = {}
         # reason -> [count, ns] from the kernel's STW / STW_NS (the events' is by_reason)
         self.kernel: Counted[dict[int, list[int]]] = Counted("stw", Counter.STW, dict)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gmpmon import recformat
 from gmpmon.cli import main
 from gmpmon.events import Batch
 from gmpmon.export.json import summary
@@ -186,3 +187,34 @@ def test_seeking_back_from_checkpoints_equals_refeeding(
         assert a is not None and b is not None
         assert summary(a) == summary(b)
         assert a.procs == b.procs  # timelines too
+
+
+def test_a_batch_handed_on_in_chunks_replays_and_seeks_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch bigger than CHUNK_EVENTS reaches the model a chunk at a time (memory bounded
+    whatever the batch): the same summary as the live model fed it whole, and going back to
+    a checkpoint taken inside that batch replays from that chunk."""
+    monkeypatch.setattr(recformat, "CHUNK_EVENTS", 97)
+    events = [e for b in live_batches() for e in b.events]
+    path = tmp_path / "one.gmp"
+    model = Model(header(gomaxprocs=4))
+    with RecordingWriter(str(path), model.header) as w:
+        w.write(Batch(events, dict(STACKS)))
+    model.feed(Batch(events, dict(STACKS)))
+    model.flush()
+    rec = read_recording(str(path))
+    infos = [info for info, _ in rec.frames()]
+    assert len(infos) == -(-len(events) // 97) and {i.offset for i in infos} == {infos[0].offset}
+    assert summary(replay_all(rec)) == summary(snapshot_with_findings(model))
+    clock = FakeClock()
+    with_ck = ReplaySource(str(path), autostart=False, clock=clock, checkpoint_events=300)
+    with_ck.seek(1.0)
+    assert any(with_ck._frame_chunks[idx] for _, idx, _ in with_ck._checkpoints)
+    for fraction in (0.8, 0.3, 0.6):
+        with_ck.seek(fraction)
+        fresh = ReplaySource(str(path), autostart=False, clock=clock, checkpoint_events=10**9)
+        fresh.seek(fraction)
+        a, b = with_ck.latest(), fresh.latest()
+        assert a is not None and b is not None
+        assert summary(a) == summary(b) and a.procs == b.procs
