@@ -39,6 +39,9 @@ def to_json(info: BinaryInfo) -> dict[str, Any]:
             "entry_sp_delta": s.entry_sp_delta,
             "rets": [_hex(a) for a in s.rets],
         }
+        if s.exits:
+            # [address, condition]: 0 always, else 0x10 | the x86 cc it fires on (exits.py)
+            sites[role]["exits"] = [[_hex(a), c] for a, c in s.exits]
         if s.call_results:
             sites[role]["call_results"] = {
                 callee: [_hex(a) for a in addrs] for callee, addrs in s.call_results.items()

@@ -114,9 +114,9 @@ def render(info: BinaryInfo) -> str:
     for role, s in info.probe_sites.items():
         insn = s.entry_insn if s.entry_emulated else f"{s.entry_insn} (slow)"
         insn = insn if len(insn) <= 19 else insn[:16] + "..."
-        extra = ""
+        extra = f" ({len(s.exits)} exits)" if s.exits else ""
         if s.call_results:
-            extra = " +" + ",".join(
+            extra += " +" + ",".join(
                 f"{len(v)} after {k.split('.')[-1]}" for k, v in s.call_results.items()
             )
         lines.append(f"{role:<29} {s.entry_site:<#9x} {insn:<19} {len(s.rets)}{extra}")
