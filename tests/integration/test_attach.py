@@ -86,12 +86,23 @@ def copy_target(tmp_path: Path, name: str, go: str = "1.27", mode: str = "defaul
     return dst
 
 
-def probe_sites(exe: Path) -> tuple[list[int], list[int]]:
-    """(hot, cold) probe addresses of gmpmon's plan for this binary (non-PIE: = runtime)."""
+def probe_sites(exe: Path, multi: bool = True) -> tuple[list[int], list[int]]:
+    """(hot, cold) probe addresses of gmpmon's plan for this binary (non-PIE: = runtime);
+    ``multi=False``: the per-site perf fallback's plan (RETs where uprobe_multi would put
+    the exits on branches: no attach cookie carries their condition there)."""
     from gmpmon.binary import load
     from gmpmon.capture.bpfprog import plan_probes
 
-    plan = plan_probes(load(str(exe)))
+    old = os.environ.get("GMPMON_NO_UPROBE_MULTI")
+    if not multi:
+        os.environ["GMPMON_NO_UPROBE_MULTI"] = "1"
+    try:
+        plan = plan_probes(load(str(exe)))
+    finally:
+        if old is None:
+            os.environ.pop("GMPMON_NO_UPROBE_MULTI", None)
+        else:
+            os.environ["GMPMON_NO_UPROBE_MULTI"] = old
     return [s.addr for s in plan.hot], [s.addr for s in plan.cold]
 
 

@@ -30,7 +30,7 @@ def attach_env(pid: int, extra: dict[str, str], *opts: str) -> Proc:
 @pytest.mark.bpf
 def test_perf_uprobe_fallback_full_capture_and_detach(tmp_path: Path) -> None:
     exe = copy_target(tmp_path, "sleeper")
-    hot, cold = probe_sites(exe)
+    hot, cold = probe_sites(exe, multi=False)
     target = Proc([str(exe), "-n", "150", "-d", "2ms", "-wait-stdin"], env=env(GOMAXPROCS="1"))
     try:
         target.wait_line("ready")
@@ -55,7 +55,7 @@ def test_perf_uprobe_fallback_full_capture_and_detach(tmp_path: Path) -> None:
 @pytest.mark.bpf
 def test_perf_uprobe_fallback_detaches_from_a_running_target(tmp_path: Path) -> None:
     exe = copy_target(tmp_path, "sleeper")
-    hot, cold = probe_sites(exe)
+    hot, cold = probe_sites(exe, multi=False)
     target = Proc([str(exe), "-n", "1000000", "-d", "1ms"])
     try:
         target.wait_line("ready")
