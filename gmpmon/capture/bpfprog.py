@@ -259,18 +259,23 @@ class BpfProgram:
 
     # --- uprobes -------------------------------------------------------------------------
 
-    def attach(self, group: str, sites: list[Site]) -> None:
-        """Attach ``sites`` as one group (one uprobe_multi link), on the binary's inode for
-        every process (the program filters on TGID), so `gmpmon run` can attach before exec.
-        Kernels without uprobe_multi get one perf-event uprobe per site."""
-        if group in self._groups or not sites:
-            return
+    def file_offsets(self, sites: list[Site]) -> list[int]:
+        """Each site's offset in the binary's file (uprobes attach by offset)."""
         offsets = []
         for s in sites:
             off = self._text.file_offset(s.addr)
             if off is None:
                 raise CaptureError(f"{s.role} at {s.addr:#x} is outside the file's segments")
             offsets.append(off)
+        return offsets
+
+    def attach(self, group: str, sites: list[Site]) -> None:
+        """Attach ``sites`` as one group (one uprobe_multi link), on the binary's inode for
+        every process (the program filters on TGID), so `gmpmon run` can attach before exec.
+        Kernels without uprobe_multi get one perf-event uprobe per site."""
+        if group in self._groups or not sites:
+            return
+        offsets = self.file_offsets(sites)
         if self._multi is None:
             self._multi = uprobe_multi_supported()
         if self._multi:

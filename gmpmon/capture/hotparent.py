@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from gmpmon.capture.budget import CostStatus
 from gmpmon.capture.hotctl import HotConfig
-from gmpmon.errors import CaptureError
 
 if TYPE_CHECKING:
     from gmpmon.capture.bpfprog import BpfProgram
@@ -40,12 +39,7 @@ def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
     from gmpmon.probetable import HANDLERS
 
     fn = prog.bpf.load_func(b"gmpmon_probe", prog._kprobe_type, None, BPF_TRACE_UPROBE_MULTI)
-    offsets = []
-    for s in sites:
-        off = prog._text.file_offset(s.addr)
-        if off is None:
-            raise CaptureError(f"{s.role} at {s.addr:#x} is outside the file's segments")
-        offsets.append(off)
+    offsets = prog.file_offsets(sites)
     cookies = [s.hid for s in sites]
     links = [s.cookie for s in sites]
     hit_cost = float(os.environ.get("GMPMON_HIT_COST_US", "0") or 0) * 1e-6

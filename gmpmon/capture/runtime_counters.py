@@ -27,8 +27,8 @@ from gmpmon.capture.targetmem import (
     MAX_GOROUTINES,
     Skips,
     TargetMemory,
+    allp_pointers,
     check_count,
-    unreadable,
 )
 from gmpmon.errors import TargetMemoryError
 from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal
@@ -255,10 +255,7 @@ class RuntimeCounters:
         ptr, n = struct.unpack("<QQ", mem.read(self.allp or 0, 16))
         n = min(check_count("len(allp)", n, MAX_ALLP), MAX_PROCS)
         if (ptr, n) != self._allp_at:  # the array changes only with its header
-            try:
-                self._ptrs = struct.unpack(f"<{n}Q", mem.read(ptr, 8 * n)) if n else ()
-            except OSError as e:
-                raise unreadable(mem.pid, f"allp's array at {ptr:#x}", e) from e
+            self._ptrs = allp_pointers(mem.read, mem.pid, ptr, n)
             self._allp_at = (ptr, n)
         last = self._last_tick
         for i, pp in enumerate(self._ptrs):

@@ -26,10 +26,10 @@ from gmpmon.binary.validate import GROUPS, Layout, trusted, validate_layout
 from gmpmon.capture.targetmem import (
     MAX_ALLP,
     Skips,
+    allp_pointers,
     check_count,
     read_fd,
     running,
-    unreadable,
 )
 from gmpmon.errors import TargetError, TargetMemoryError, UnsupportedError
 from gmpmon.events import EventTuple, Kind
@@ -221,10 +221,7 @@ class Sampler:
         n = check_count("len(allp)", n, MAX_ALLP)
         n = min(n, MAX_PROCS)
         if (ptr, n) != self._allp_at:
-            try:
-                self._ptrs = struct.unpack(f"<{n}Q", self._read(ptr, 8 * n)) if n else ()
-            except OSError as e:
-                raise unreadable(self.pid, f"allp's array at {ptr:#x}", e) from e
+            self._ptrs = allp_pointers(self._read, self.pid, ptr, n)
             self._allp_at = (ptr, n)
         ptrs = self._ptrs
         m_procid, m_curg = self.m_procid - self.m_lo, self.m_curg - self.m_lo

@@ -33,6 +33,7 @@ import errno
 import itertools
 import os
 import struct
+from collections.abc import Callable
 
 from gmpmon.errors import TargetMemoryError
 
@@ -93,6 +94,15 @@ def unreadable(pid: int, what: str, e: OSError) -> TargetMemoryError:
         raise e
     return TargetMemoryError(f"{what}: {why(e)}, though the target runs",
                              hint="a runtime pointer in the target leads nowhere")
+
+
+def allp_pointers(read: Callable[[int, int], bytes], pid: int, ptr: int,
+                  n: int) -> tuple[int, ...]:
+    """allp's ``n`` P pointers at ``ptr`` (``read(addr, size)``: the caller's checked reader)."""
+    try:
+        return struct.unpack(f"<{n}Q", read(ptr, 8 * n)) if n else ()
+    except OSError as e:
+        raise unreadable(pid, f"allp's array at {ptr:#x}", e) from e
 
 
 def why_span(addr: int, size: int) -> str:
