@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import mmap
 import os
@@ -249,6 +250,7 @@ def _load_elf(
     roles: tuple[Role, ...] = ()
     if not readers_only:
         from gmpmon.binary import probes
+        from gmpmon.binary.exits import find_exit_edges
 
         roles = (*probes.REQUIRED_ROLES, *probes.OPTIONAL_ROLES)
     for role in roles:
@@ -277,9 +279,12 @@ def _load_elf(
             raise BinaryFormatError(f"{path}: {sym} has a bad size {size}")
         symbols[sym] = entry
         sizes[sym] = size
-        sites[role.name] = probes.make_site(
-            role, sym, entry, funcs.code(entry, size), callee_entries
-        )
+        code = funcs.code(entry, size)
+        site = probes.make_site(role, sym, entry, code, callee_entries)
+        if role.rets:  # the way out on emulated branches, where the RETs allow it
+            site = dataclasses.replace(site, exits=find_exit_edges(
+                code, entry, probes.disasm_lite(code, entry)))
+        sites[role.name] = site
     runqsteal = sites.get("runtime.runqsteal")
     if runqsteal is not None and not runqsteal.call_results.get("runtime.runqgrab"):
         missing["steal_count"] = (

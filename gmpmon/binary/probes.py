@@ -215,8 +215,6 @@ def make_site(
     resolve: dict[str, int],
 ) -> ProbeSite:
     """Disassemble one function and build its ProbeSite. `resolve`: callee name -> entry."""
-    from gmpmon.binary.exits import find_exit_edges  # it builds on this module's decoders
-
     lite = disasm_lite(code, entry)
     targets = {t for i in lite if (t := lite_target(i)) is not None}
     site = find_entry_site(code, entry, role.reads, targets)
@@ -239,7 +237,6 @@ def make_site(
         entry_site=site.addr,
         entry_insn=site.insn,
         rets=rets,
-        exits=find_exit_edges(code, entry, lite) if role.rets else (),
         call_results=calls,
         call_sites=call_sites,
         entry_sp_delta=site.sp_delta,

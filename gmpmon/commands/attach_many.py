@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from gmpmon import priority
-from gmpmon.commands.attach import (
+from gmpmon.commands.attach_one import (
     StopEvent,
     finish_outputs,
     line_due,

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from gmpmon import priority
-from gmpmon.commands.attach import (
+from gmpmon.commands.attach_one import (
     StopEvent,
     add_capture_options,
     check_capture_args,

@@ -265,7 +265,7 @@ def test_pprof_of_a_real_recording_lists_the_contending_function_first(tmp_path:
 
 
 def test_attach_folded_uses_the_exporter(recording: Path, tmp_path: Path) -> None:
-    from gmpmon.commands.attach import write_output
+    from gmpmon.commands.attach_one import write_output
     from gmpmon.replay import replay_all
 
     rec = read_recording(str(recording))

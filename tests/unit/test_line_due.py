@@ -1,6 +1,6 @@
 """When the headless printer says an interval line, and how long it waits for its snapshot."""
 
-from gmpmon.commands.attach import ANSWER_S, line_due
+from gmpmon.commands.attach_one import ANSWER_S, line_due
 
 
 def test_no_line_before_it_is_due() -> None:
