@@ -26,8 +26,8 @@ class Waits(Part):
         self.mutex_contentions = 0
         self.mutex_wait_ns = 0
         self.by_stack: dict[int, list[int]] = {}  # sync.Mutex: stack id -> [n, ns]
-        self.by_addr: dict[int, list[int]] = {}  # sync.Mutex: lock address -> [n, ns]
-        # sync.Mutex: (address, stack id) -> [n, ns]: whose stack a lock's waits came from
+        # sync.Mutex: (lock address, stack id) -> [n, ns]: by address, and whose stack a
+        # lock's waits came from (section() sums it by address)
         self.by_addr_stack: dict[tuple[int, int], list[int]] = {}
         self.addr_of_g: dict[int, tuple[int, int]] = {}  # goid -> (addr, LockKind)
         self.by_kind: dict[int, list[int]] = {}  # LockKind -> [count, ns]
@@ -56,34 +56,31 @@ class Waits(Part):
         if kind != LOCK_MUTEX:
             # RWMutex and semaphore waits (semacquire1): kept apart, so that "mutex" stays
             # sync.Mutex contention only.
-            key = (kind, a1)
-            wrow = self.other_by_stack.get(key)
-            if wrow is None:
-                self.other_by_stack[key] = [1, a0]
-            else:
-                wrow[0] += 1
-                wrow[1] += a0
+            add_row(self.other_by_stack, (kind, a1), 1, a0)
             return
         self.mutex_contentions += 1
         self.mutex_wait_ns += a0
         add_row(self.by_stack, a1, 1, a0)
         if addr >= 0:
-            add_row(self.by_addr, addr, 1, a0)
             add_row(self.by_addr_stack, (addr, a1), 1, a0)
 
-    def _addr_stacks(self, top: int = 8) -> dict[int, tuple[str, ...]]:
-        """The stack with the most wait on each of the ``top`` locks with the most wait: a
-        lock's site is its own waiters', never another lock's."""
+    def _by_addr(self, top: int = 8) -> tuple[dict[int, list[int]], dict[int, tuple[str, ...]]]:
+        """sync.Mutex waits by lock address ([n, ns]), and the stack with the most wait on
+        each of the ``top`` locks with the most wait: a lock's site is its own waiters',
+        never another lock's."""
+        by_addr: dict[int, list[int]] = {}
         best: dict[int, tuple[int, int]] = {}  # addr -> (ns, stack id)
-        for (addr, sid), (_n, ns) in self.by_addr_stack.items():
+        for (addr, sid), (n, ns) in self.by_addr_stack.items():
+            add_row(by_addr, addr, n, ns)
             if ns > best.get(addr, (-1, 0))[0]:
                 best[addr] = (ns, sid)
-        heavy = sorted(self.by_addr.items(), key=lambda kv: (-kv[1][1], kv[0]))[:top]
+        heavy = sorted(by_addr.items(), key=lambda kv: (-kv[1][1], kv[0]))[:top]
         stacks = self.ctx.stacks
-        return {a: stacks.get(best[a][1], MISSED_STACK) for a, _r in heavy if a in best}
+        return by_addr, {a: stacks.get(best[a][1], MISSED_STACK) for a, _r in heavy}
 
     def section(self, at: object) -> dict[str, object]:
         stacks = self.ctx.stacks
+        by_addr, addr_stack = self._by_addr()
         mutex = [MutexStack(stacks.get(sid, MISSED_STACK), c, w)
                  for sid, (c, w) in self.by_stack.items()]
         mutex.sort(key=lambda s: (-s.wait_ns, -s.count, s.stack))
@@ -96,8 +93,8 @@ class Waits(Part):
             "mutex_contentions": self.mutex_contentions,
             "mutex_wait_ns": self.mutex_wait_ns,
             "mutex_stacks": tuple(mutex),
-            "mutex_by_addr": {a: (r[0], r[1]) for a, r in sorted(self.by_addr.items())},
-            "mutex_addr_stack": self._addr_stacks(),
+            "mutex_by_addr": {a: (r[0], r[1]) for a, r in sorted(by_addr.items())},
+            "mutex_addr_stack": addr_stack,
             "waits_by_kind": {
                 lock_kind_name(k): (r[0], r[1]) for k, r in sorted(self.by_kind.items())
             },
