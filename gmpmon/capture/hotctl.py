@@ -79,8 +79,8 @@ class HotConfig:
     cfg_fd: int
     path: str  # the binary the hot sites are in
     offsets: list[int]  # file offsets of the hot sites
-    cookies: list[int]  # their handler ids
-    links: list[int]  # their attach cookies (Site.cookie: the id and an exit's condition)
+    cookies: list[int]  # their attach cookies (Site.cookie: the handler id, an exit's
+    #                     condition in the high half)
     hot_ids: list[int]  # handler ids whose hits are hot
     n_handlers: int
     pid: int
@@ -236,8 +236,8 @@ class Controller:
         each handler's hits in the last window, else by STATIC_HEAT."""
         last = self._last_window_hits
         heat = {h: (last.get(h, -1), STATIC_HEAT.get(HANDLER_NAMES[h], 0)
-                    if h < len(HANDLER_NAMES) else 0) for h in set(self.cfg.cookies)}
-        pairs = sorted(zip(self.cfg.offsets, self.cfg.links, strict=True),
+                    if h < len(HANDLER_NAMES) else 0) for h in self.cfg.hot_ids}
+        pairs = sorted(zip(self.cfg.offsets, self.cfg.cookies, strict=True),
                        key=lambda oc: heat[oc[1] & 0xFFFFFFFF])
         return [o for o, _ in pairs], [c for _, c in pairs]
 

@@ -40,12 +40,11 @@ def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
 
     fn = prog.bpf.load_func(b"gmpmon_probe", prog._kprobe_type, None, BPF_TRACE_UPROBE_MULTI)
     offsets = prog.file_offsets(sites)
-    cookies = [s.hid for s in sites]
-    links = [s.cookie for s in sites]
     hit_cost = float(os.environ.get("GMPMON_HIT_COST_US", "0") or 0) * 1e-6
     return HotConfig(
         prog_fd=fn.fd, hits_fd=prog.bpf[b"hits"].map_fd, cfg_fd=prog.bpf[b"cfg"].map_fd,
-        path=prog.path, offsets=offsets, cookies=cookies, links=links, hot_ids=sorted(set(cookies)),
+        path=prog.path, offsets=offsets, cookies=[s.cookie for s in sites],
+        hot_ids=sorted({s.hid for s in sites}),
         n_handlers=len(HANDLERS), pid=pid, budget_pct=budget_pct, window_ns=window_ns,
         period_ns=period_ns, hit_cost_s=hit_cost, prior=prior,
     )
