@@ -27,19 +27,10 @@ handlers read (R14, the goroutine) changes there.
 
 from __future__ import annotations
 
-from gmpmon.binary.probes import Lite, is_emulated, lite_target
+from gmpmon.binary.probes import Lite, is_emulated, jcc_cc, lite_target
 
 MAX_TAIL = 16  # instructions from a tail's first to its RET
 COND = 0x10  # a site's condition: bit 4 set = conditional, low nibble = the x86 cc
-
-
-def _cc(code: bytes) -> int | None:
-    """The condition nibble of a jcc (rel8 0x7X or rel32 0x0F 0x8X), else None."""
-    if len(code) == 2 and 0x70 <= code[0] <= 0x7F:
-        return code[0] & 0xF
-    if len(code) == 6 and code[0] == 0x0F and 0x80 <= code[1] <= 0x8F:
-        return code[1] & 0xF
-    return None
 
 
 def find_exit_edges(code: bytes, entry: int, lite: list[Lite]) -> tuple[tuple[int, int], ...]:
@@ -68,7 +59,7 @@ def find_exit_edges(code: bytes, entry: int, lite: list[Lite]) -> tuple[tuple[in
                 return ()  # the function's first instruction is in a tail: no way in to probe
             prev = lite[k - 1]
             mnem = prev[2]
-            if mnem == "ret" or mnem == "jmp" or mnem == "int3" or mnem == "ud2":
+            if mnem in ("ret", "jmp", "int3", "ud2"):
                 break  # no fall-through into the tail: only jumps enter it
             if mnem.startswith("j"):
                 falls.append(k - 1)
@@ -87,11 +78,11 @@ def find_exit_edges(code: bytes, entry: int, lite: list[Lite]) -> tuple[tuple[in
         b = raw(k)
         if not is_emulated(b):
             return ()
-        cc = _cc(b)
+        cc = jcc_cc(b)
         out[insn[0]] = 0 if cc is None else COND | cc
     for k in falls:
         b = raw(k)
-        cc = _cc(b)
+        cc = jcc_cc(b)
         if cc is None or not is_emulated(b):
             return ()
         a = lite[k][0]

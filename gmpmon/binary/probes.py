@@ -83,9 +83,17 @@ def _writes(insn: Any) -> set[str]:
     return {_REG_FAMILY.get(insn.reg_name(x), insn.reg_name(x)) for x in w}
 
 
+def jcc_cc(code: bytes) -> int | None:
+    """The condition nibble of a jcc (rel8 0x7X, rel32 0x0F 0x8X), else None."""
+    if code and 0x70 <= code[0] <= 0x7F:
+        return code[0] & 0xF
+    if len(code) == 6 and code[0] == 0x0F and 0x80 <= code[1] <= 0x8F:
+        return code[1] & 0xF
+    return None
+
+
 def _is_jcc(insn: Any) -> bool:
-    b = bytes(insn.bytes)
-    return (0x70 <= b[0] <= 0x7F) or (b[0] == 0x0F and len(b) == 6 and 0x80 <= b[1] <= 0x8F)
+    return jcc_cc(bytes(insn.bytes)) is not None
 
 
 # (address, size, mnemonic, op_str): capstone's lite mode, ~5x faster than full detail; the

@@ -80,10 +80,11 @@ class ProbePlan:
     defines: dict[str, int] = field(default_factory=dict)  # Probe.ra_define -> RA offset
 
 
-def _sites(probe: Probe, ps: ProbeSite) -> tuple[tuple[int, int], ...]:
-    """(address, condition) of each uprobe of ``probe`` (condition 0: always)."""
-    if probe.site == EXITS and ps.exits and uprobe_multi_supported():
-        return ps.exits  # the condition rides in the attach cookie: uprobe_multi only
+def _sites(probe: Probe, ps: ProbeSite, multi: bool) -> tuple[tuple[int, int], ...]:
+    """(address, condition) of each uprobe of ``probe`` (condition 0: always); ``multi``:
+    uprobe_multi links, whose attach cookie carries an exit's condition."""
+    if probe.site == EXITS and ps.exits and multi:
+        return ps.exits
     if probe.site in (RETS, EXITS):
         addrs = ps.rets
     elif probe.site == ENTRY:
@@ -103,6 +104,7 @@ def plan_probes(info: BinaryInfo) -> ProbePlan:
     """Place every row of the probe table that applies to this binary's Go version on the
     sites BinaryInfo computed (the one register-aware site rule, gmpmon/binary/probes.py)."""
     plan = ProbePlan()
+    multi = uprobe_multi_supported()
     feats: set[str] = set()
     placed: set[str] = set()
     for probe in PROBES:
@@ -112,7 +114,7 @@ def plan_probes(info: BinaryInfo) -> ProbePlan:
             continue
         ps = next((info.probe_sites[f.name] for f in probe.funcs if f.name in info.probe_sites),
                   None)
-        addrs = _sites(probe, ps) if ps is not None else ()
+        addrs = _sites(probe, ps, multi) if ps is not None else ()
         if ps is None or not addrs:
             if not any(p.fallback_for == probe.handler for p in PROBES):
                 plan.missing[probe.handler] = probe.why
