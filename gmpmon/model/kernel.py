@@ -83,6 +83,7 @@ _REBUILD = 1024  # more new profile keys than this since the last view: sort ane
 
 # The bottom frame of every goroutine's stack (an assembly function: .abi0 where it is named so).
 _GOEXIT = frozenset({"runtime.goexit", "runtime.goexit.abi0"})
+_ELSEWHERE, _SEARCHING, _GOROUTINE = 0, 1, 2  # whose CPU a stack is (KernelPart._whose)
 
 
 class _Run:
@@ -166,7 +167,7 @@ class KernelPart(Part):
         self._search = 0
         self._run = 0
         self._sid_own: dict[int, bool] = {}  # sid -> own_frame(its stack) != ""
-        self._sid_search: dict[int, int] = {}  # sid -> _searching(sid)
+        self._sid_whose: dict[int, int] = {}  # sid -> _whose(sid)
 
     # ------------------------------------------------------------------ input
 
@@ -209,15 +210,16 @@ class KernelPart(Part):
                 gs[sid] = gs.get(sid, 0) + 1
         self._track(p, goid, ts, sid, outcome != SAMPLE_KERNEL)
 
-    def _searching(self, sid: int) -> int:
-        """Stack ``sid``: 1 inside runtime.findRunnable, 2 a goroutine's (from runtime.goexit),
-        0 anything else (cached per stack id)."""
-        where = self._sid_search.get(sid)
-        if where is None:
+    def _whose(self, sid: int) -> int:
+        """Stack ``sid``: _SEARCHING inside runtime.findRunnable, _GOROUTINE a goroutine's
+        (from runtime.goexit), else _ELSEWHERE (cached per stack id)."""
+        whose = self._sid_whose.get(sid)
+        if whose is None:
             stack = self.stacks.get(sid, ())
-            where = self._sid_search[sid] = (1 if in_find_runnable(stack)
-                                             else 2 if _GOEXIT & set(stack) else 0)
-        return where
+            whose = self._sid_whose[sid] = (
+                _SEARCHING if in_find_runnable(stack)
+                else _GOROUTINE if _GOEXIT & set(stack) else _ELSEWHERE)
+        return whose
 
     def _digest(self, key: tuple[int, int, int, int]) -> None:
         """One more sample in profile row ``key``: the digests the findings read."""
@@ -229,21 +231,18 @@ class KernelPart(Part):
         if outcome == SAMPLE_GO:
             self._run += 1
         elif outcome == SAMPLE_G0:
-            if self._searching(sid) == 1:
-                self._search += 1
-        elif outcome == SAMPLE_KERNEL:
-            # Kernel mode: the user stack (saved at kernel entry) says whose CPU it is. A
-            # searching M's syscalls (runqgrab's usleep, futex wakes of other Ms) are search
-            # CPU; a goroutine's syscall is running CPU. Without these, a search that is mostly
-            # syscalls (idlespin: 90% of the samples in the kernel) hid below the rule's bar.
-            where = self._searching(sid)
-            if where == 1:
-                self._search += 1
-            elif where == 2:
-                self._run += 1
-            return
+            self._search += self._whose(sid) == _SEARCHING
         else:
-            return  # an outcome this version does not know
+            if outcome == SAMPLE_KERNEL:
+                # Kernel mode: the user stack (saved at kernel entry) says whose CPU it is. A
+                # searching M's syscalls (runqgrab's usleep, futex wakes of other Ms) are
+                # search CPU; a goroutine's syscall is running CPU. Without these, a search
+                # that is mostly syscalls (idlespin: 90% of the samples in the kernel) hid
+                # below the rule's bar.
+                whose = self._whose(sid)
+                self._search += whose == _SEARCHING
+                self._run += whose == _GOROUTINE
+            return  # kernel mode, or an outcome this version does not know
         if not goid:
             return
         own = self._sid_own.get(sid)
