@@ -21,8 +21,8 @@ from gmpmon.model.quantities import Measured, bucket_edges, max_is_measured, mea
 from gmpmon.model.rthist import bucket_bounds
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, PState, Snapshot
+from gmpmon.model.thinning import fidelity, fmt_k, thinning, thinning_line
 from gmpmon.report_readers import reader_lines, walk_line
-from gmpmon.thinning import fidelity, fmt_k, thinning, thinning_line
 
 WIDTH = 80
 NOT_MEASURED = "not measured"

@@ -23,8 +23,8 @@ from gmpmon.model.kernelview import KernelView
 from gmpmon.model.quantities import Measured, measure_all
 from gmpmon.model.runtime import CensusView, RuntimeView
 from gmpmon.model.snapshot import LatencyStats, Snapshot
+from gmpmon.model.thinning import thinning
 from gmpmon.record import Recording
-from gmpmon.thinning import thinning
 
 SCHEMA_VERSION = 4
 WAIT_STACKS_TOP = 20  # census.wait_stacks: the largest groups

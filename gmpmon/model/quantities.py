@@ -28,6 +28,7 @@ from typing import Any
 from gmpmon.events import RT_FEATURE_NAMES, RtFeature
 from gmpmon.model.runtime import RuntimeView
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.model.thinning import thinning
 
 __all__ = ["QUANTITIES", "Measured", "Quantity", "Source", "best", "bucket_edges",
            "max_is_measured", "measure_all"]
@@ -116,9 +117,7 @@ def _rt(snap: Snapshot, f: RtFeature) -> RuntimeView | None:
 
 def _full_coverage(snap: Snapshot) -> str:
     """``exact`` only when no record was lost or thinned; else whether the counts stayed
-    whole (every total from its in-kernel counter: gmpmon.thinning) or not."""
-    from gmpmon.thinning import thinning  # (gmpmon.thinning imports the model)
-
+    whole (every total from its in-kernel counter: gmpmon.model.thinning) or not."""
     t = thinning(snap)
     if not t.thinned:
         return EXACT

@@ -18,9 +18,9 @@ from gmpmon.export.json import summary
 from gmpmon.model import Model
 from gmpmon.model.counts import Lifecycle
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.model.thinning import fidelity, thinning
 from gmpmon.record import read_recording
 from gmpmon.report import text_report
-from gmpmon.thinning import fidelity, thinning
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TOTALS = ("goroutine_starts", "goroutines_created", "goroutines_exited", "syscalls",

@@ -10,7 +10,7 @@ from textual.widget import Widget
 
 from gmpmon.events import Header
 from gmpmon.model.snapshot import Snapshot
-from gmpmon.thinning import fidelity, fmt_k, thinning
+from gmpmon.model.thinning import fidelity, fmt_k, thinning
 from gmpmon.tui.census import goroutine_count
 from gmpmon.tui.measure import coverage, hot_count, pct
 from gmpmon.tui.render import fmt_count, fmt_ns, uptime_ns
