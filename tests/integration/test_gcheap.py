@@ -129,9 +129,9 @@ def check_against_metrics(gc: dict[str, Any], m0: dict[str, Any], m1: dict[str, 
     goal = m1["/gc/heap/goal:bytes"]
     if env.get("GOMEMLIMIT") == "40MiB":
         # Under a tight limit the goal follows mappedReady and heapFree, which the metrics
-        # read itself moves (it allocates; the scavenger works): within 2%, and a cycle
-        # may even start between gmpmon's read and the metrics' (even metrics.Read and
-        # ReadMemStats, one after the other, give goals ~0.2% apart).
+        # read itself moves (it allocates; the scavenger works): within 2% (even
+        # metrics.Read and ReadMemStats, one after the other, give goals ~0.2% apart).
+        # No cycle runs between the reads: the churn ends with runtime.GC.
         assert within(gc["heap_goal_bytes"], goal), (gc["heap_goal_bytes"], goal)
         assert gc["heap_goal_bytes"] < 40 << 20  # the limit's goal, not GOGC's
         assert abs(gc["cycles_total"] - m1["MemStats.NumGC"]) <= 1

@@ -4,9 +4,9 @@
 // It keeps a live set of -live MiB, prints "ready", then obeys one command per stdin line:
 //
 //	metrics    print "metrics {json}": the GC metrics this Go version has, read now
-//	churn S    allocate garbage for S seconds (many GC cycles; the live set stays), wait
-//	           300 ms for the last cycle to end, then print "churned N" (N: bytes
-//	           allocated); nothing allocates after it
+//	churn S    allocate garbage for S seconds (many GC cycles; the live set stays), end
+//	           with runtime.GC (the last cycle ends, one more runs, all is swept), then
+//	           print "churned N" (N: bytes allocated); nothing allocates after it
 //	quit       exit
 //
 // Between commands nothing allocates, so no cycle starts: a reader that takes its baseline
@@ -83,9 +83,12 @@ func churn(d time.Duration) int {
 		}
 	}
 	sink = nil
-	// A cycle the last allocation started is still marking in the background: let it end
-	// (mark termination takes well under this), so that "churned" means quiet.
-	time.Sleep(300 * time.Millisecond)
+	// A cycle the last allocation started may still be marking in the background, and on a
+	// loaded 2-CPU host it once outlived a 300 ms sleep: a read on each side of its end
+	// differs (Go 1.19: the goal moved from triggered+runway to the GOGC goal between
+	// metrics.Read and ReadMemStats). runtime.GC waits for that cycle, runs one more and
+	// sweeps, so that "churned" means quiet: nothing marks or sweeps until the next churn.
+	runtime.GC()
 	return n
 }
 
