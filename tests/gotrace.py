@@ -38,6 +38,8 @@ _HEAD = re.compile(r"^M=(-?\d+) P=(-?\d+) G=(-?\d+) (\w+) Time=(\d+)")
 _TRANSITION = re.compile(r"GoID=(\d+) (\w+)->(\w+) Reason=\"([^\"]*)\"")
 _NAME = re.compile(r'Name="([^"]*)"')
 _PROC = re.compile(r"ProcID=(\d+) (\w+)->(\w+)")
+# The old format's syscall exit that takes a P: GoSysExit and GoStart 0.3 us apart (nats-server)
+EXIT_TAKE_NS = 5_000
 
 
 @dataclass
@@ -60,6 +62,12 @@ class TraceFacts:
     syscalls: int = 0  # Running->Syscall
     syscall_lost_p: int = 0  # Syscall->Runnable: back from a syscall without its P
     lost_p_spans: list[tuple[int, int]] = field(default_factory=list)  # (enter, exit) of those
+    # Of those, the ones whose P another goroutine's syscall exit took while this one was in
+    # its syscall, the P never stopped (old format, Go <= 1.21): exitsyscallfast CASes its
+    # M's old P out of _Psyscall, and exitsyscallfast_reacquired then declares the P's
+    # current syscall blocked (traceGoSysBlock) with no handoffp. 1.22+ traces show that
+    # take as a ProcSteal instead, so there it stays in lost_p_spans only.
+    lost_p_taken_on_exit: list[tuple[int, int]] = field(default_factory=list)
     moved_created: int = 0  # moved starts of new goroutines (queued on their creator's P)
     p_running_ns: Counter[int] = field(default_factory=Counter)  # P id -> ns held by an M
     p_running: list[tuple[int, int, int]] = field(default_factory=list)  # (P, begin, end)
@@ -109,6 +117,10 @@ def parse_trace(path: Path) -> TraceFacts:
     runnable_at: dict[int, tuple[str, int]] = {}
     runnable_p: dict[int, int] = {}
     in_syscall: dict[int, int] = {}
+    syscall_p: dict[int, int] = {}  # goid in a syscall -> the P it entered it on
+    p_syscallers: dict[int, set[int]] = {}  # P -> goids in a syscall entered on it
+    back_at: dict[int, int] = {}  # goid -> when it came back from a syscall without a P
+    taken_on_exit: set[int] = set()  # goids whose syscall's P a syscall exit took
     p_since: dict[int, int] = {}  # P id -> when it went Running
     open_ranges: dict[tuple[int, str], int] = {}
     with subprocess.Popen(
@@ -133,6 +145,7 @@ def parse_trace(path: Path) -> TraceFacts:
                     if pt is None:
                         continue
                     pid, pold, pnew = int(pt.group(1)), pt.group(2), pt.group(3)
+                    p_syscallers.pop(pid, None)  # the P stopped: no exit took it from them
                     if pold == "Syscall" and pnew == "Idle":
                         facts.proc_steals += 1
                     elif (pnew == "Idle" and pold == "Running" and h.group(2) == "-1"
@@ -162,14 +175,25 @@ def parse_trace(path: Path) -> TraceFacts:
                     elif old == "Syscall":
                         facts.syscall_lost_p += 1
                         facts.timeline.append((ts, "lost-p"))
+                        back_at[goid] = ts
                         if goid in in_syscall:
-                            facts.lost_p_spans.append((in_syscall.pop(goid), ts))
+                            span = (in_syscall.pop(goid), ts)
+                            facts.lost_p_spans.append(span)
+                            if goid in taken_on_exit:
+                                facts.lost_p_taken_on_exit.append(span)
                 elif new == "Syscall" and old == "Running":
                     facts.syscalls += 1
                     facts.timeline.append((ts, "syscall"))
                     in_syscall[goid] = ts
+                    syscall_p[goid] = int(h.group(2))
+                    p_syscallers.setdefault(int(h.group(2)), set()).add(goid)
                 elif new == "Running" and old == "Runnable":
                     on_p = int(h.group(2))
+                    if ts - back_at.pop(goid, -EXIT_TAKE_NS - 1) <= EXIT_TAKE_NS:
+                        # back from a syscall and running at once on a P that others' syscalls
+                        # still hold, which never stopped: exitsyscallfast took it from them
+                        taken_on_exit.update(g for g in p_syscallers.pop(on_p, set())
+                                             if g != goid)
                     facts.starts_by_p[on_p] += 1
                     facts.timeline.append((ts, "start"))
                     was = runnable_at.pop(goid, None)
@@ -185,6 +209,9 @@ def parse_trace(path: Path) -> TraceFacts:
                     facts.parks[reason] += 1
                     facts.timeline.append((ts, "park:" + reason))
                     runnable_at.pop(goid, None)
+                if old == "Syscall":  # out of the syscall, with or without its P
+                    p_syscallers.get(syscall_p.pop(goid, -1), set()).discard(goid)
+                    taken_on_exit.discard(goid)
             elif kind in ("RangeBegin", "RangeEnd"):
                 n = _NAME.search(line, h.end())
                 if n is None or not n.group(1).startswith("stop-the-world"):

