@@ -561,6 +561,10 @@ def main() -> int:
         ctl.run(inp)
     except Exception as e:  # reported to the parent, which falls back or says so
         ctl.say(f"E {type(e).__name__}: {e}")
+        if DEBUG:
+            import traceback
+
+            traceback.print_exc()
         return 1
     finally:
         ctl.close_window()

@@ -63,7 +63,7 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
         help="default mode: keep what the probes cost the target (their traps, and "
         "gmpmon's CPU for their records on a busy host) within PCT%% of its CPU time; windows "
         "are sized (down to none) to fit, and the cold sync.Mutex probes trace 1 contention "
-        "in N while they cost more than half of it (default: %(default)s)",
+        "in N (and pause) while they cost more than a quarter of it (default: %(default)s)",
     )
     p.add_argument(
         "--trigger", action="append", default=[], metavar="COND",

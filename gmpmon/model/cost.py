@@ -39,14 +39,19 @@ def cut_back_text(probes: str, every: int, every_max: int, sampled_s: float,
     """The header's and the summary's line for a cut-back cold group ("" if never cut)."""
     if every_max <= 1 and paused_s <= 0 and duty >= 1.0:
         return ""
-    now = (f"sampled 1 in {every} while over budget" if every > 1
-           else f"every one traced again (was 1 in {every_max})")
+    now = []
+    if every > 1:
+        now.append(f"sampled 1 in {every} while over budget")
+    elif every_max > 1:
+        now.append(f"every one traced again (was 1 in {every_max})")
     if duty < 1.0:
-        now += f", linked {duty:.0%} of the time"
-    text = f"{probes}: {now}; {sampled_s:.1f}s sampled (scaled)"
+        now.append(f"linked {duty:.0%} of the time")
+    said = []
+    if every_max > 1:
+        said.append(f"{sampled_s:.1f}s sampled (scaled)")
     if paused_s > 0:
-        text += f", {paused_s:.1f}s not linked (not seen: a lower bound)"
-    return text
+        said.append(f"{paused_s:.1f}s not linked (not seen: a lower bound)")
+    return f"{probes}: {', '.join(now) or 'linked throughout again'}; {', '.join(said)}"
 
 
 @dataclass(frozen=True)

@@ -265,3 +265,22 @@ def test_cold_cut_events_carry_the_cut_into_the_summary() -> None:
     never = CostStatus(**{**c.__dict__, "mutex_every": 1, "mutex_every_max": 1,
                           "mutex_paused_s": 0.0, "mutex_duty": 1.0})
     assert [e[1] for e in cost_events(1_000, never)] == [Kind.COST]
+
+
+def test_the_other_cold_probes_passing_the_share_do_not_squeeze_quiet_locks() -> None:
+    """Caddy under wrk: ~1.9k hits/s of the other cold probes at ~2 µs pass the share alone,
+    with no or a few contentions a second: nothing to divide by, nothing worth cutting."""
+    for entries in (0, 2):
+        gov = ColdGovernor(1.0)
+        path = drive(gov, ColdTarget(cpu=1.5, entries=entries, other=1_900), 4)
+        assert path == [(1, 1.0)] * 4 and not gov.traps_over
+
+
+def test_the_line_names_only_what_was_cut() -> None:
+    from gmpmon.model.cost import cut_back_text
+
+    assert cut_back_text("mutex", 1, 1, 0.0) == ""
+    assert cut_back_text("mutex", 1, 1, 0.0, 1.0, 0.4) == (
+        "mutex: linked throughout again; 0.4s not linked (not seen: a lower bound)")
+    assert cut_back_text("mutex", 1, 8, 2.0) == (
+        "mutex: every one traced again (was 1 in 8); 2.0s sampled (scaled)")
