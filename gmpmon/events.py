@@ -58,7 +58,8 @@ MUTEX              G ``g`` waited for a contended lock: a0 = wait ns (slow-path 
                    exit), a1 = stack id into ``Batch.stacks``. The lock's address and kind come
                    in the MUTEX_ADDR just before it.
 MUTEX_ADDR         Emitted right before its MUTEX: a0 = lock address, a1 = wait kind
-                   (:class:`LockKind`).
+                   (:class:`LockKind`) | (N << 16) for a sync.Mutex wait traced 1 in N
+                   (COLD_CUT; 0 or 1: every wait was traced).
 WAKE               G ``g`` becomes runnable without ``ready``: a bare ``casgstatus(gp, _Gwaiting,
                    _Grunnable)`` in ``findRunnable`` (netpoll, the GC worker, the trace
                    reader), ``injectglist`` (netpoll batches, GC-assist wake-ups) or the GC
@@ -104,6 +105,15 @@ DROP               a0 = records dropped in user space since the previous DROP of
 TRIGGER            A ``--trigger`` condition fired: g = its index among the triggers given,
                    a0 = the burst asked of the hot probes, ns. The session dumps a recording
                    around it (``--dump-dir``).
+COLD_CUT           The budget's governor traces 1 in N of a cold probe group's events, and
+                   links its sites for a share of each period only, while they cost more
+                   than their share of the budget (gmpmon/capture/coldgov.py); cumulative
+                   since attach, sent with each COST once it was ever cut back:
+                   g = the group (:class:`ColdGroup`) | (the share of each period its sites
+                   are linked now, in thousandths, << 8), m = N now | (1 << 16 when even the
+                   largest N passed its share), a0 = the largest N so far | (ms its sites
+                   were not linked << 16), a1 = ns spent with N > 1 and the sites linked.
+                   The records traced so say their own N (MUTEX_ADDR).
 CGROUP_CPU         The target's cgroup CPU controller, read from its files
                    (``gmpmon/capture/cgroup.py``, every mode): g = :class:`CgroupField`,
                    a0 = the field's *absolute* value, a1 = cgroup version (1 or 2). Sent in
@@ -256,7 +266,14 @@ class Kind(IntEnum):
     COST = 80  # the overhead budget (gmpmon.capture.hotctl), see below
     DROP = 81  # records dropped in user space (bounded queues), see below
     TRIGGER = 82  # a flight-recorder trigger fired (gmpmon.capture.triggers), see below
+    COLD_CUT = 83  # a cold probe group cut back to stay in the budget, see below
     CGROUP_CPU = 95  # "other" range: the target's cgroup, not the Go runtime
+
+
+class ColdGroup(IntEnum):
+    """The cold probes the budget's governor may cut back (COLD_CUT's g)."""
+
+    MUTEX = 1  # sync.Mutex contention: lockSlow's entry and exits
 
 
 class Stage(IntEnum):

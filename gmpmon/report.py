@@ -158,12 +158,12 @@ def text_report(snap: Snapshot, *, top: int = 5, width: int | None = WIDTH) -> s
         if snap.events_lost > full:
             add(f"  ({lost_hint(snap.mode)})")
     if snap.window == "windows":
-        add(
-            f"  timeline numbers come from {snap.windows} duty-cycle windows "
-            f"({fmt_ns(snap.windows_covered_ns)} covered)"
-        )
+        add(f"  timeline numbers come from {snap.windows} duty-cycle windows "
+            f"({fmt_ns(snap.windows_covered_ns)} covered)")
     elif snap.window == "sampled":
         add("  P state times are approximate (sampled)")
+    for cut in snap.cost.cut_back if snap.cost else ():
+        add(_fit(f"  cut back to stay in the budget: {cut.text()}", w))
     add('  every value names its source; "-": no source measured it (never a 0)')
     add("")
     lines.extend(_procs_lines(snap, qs, w))

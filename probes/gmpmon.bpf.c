@@ -69,8 +69,15 @@ BPF_HASH(counters, u64, u64, COUNTERS_MAX);
  * inside windows (HOT_KINDS: the hot handlers', and the cold entersyscallblock's and
  * gopreempt_m's) stop, so that a total covers the windows only, whole. Without it the hot
  * handlers' counts ran on while the link was closed (~30 ms a window): 3% more syscalls
- * than the windows' records on busyhttp. */
-BPF_ARRAY(cfg, u32, 2);
+ * than the windows' records on busyhttp.
+ * cfg[2] = the cold sync.Mutex probes' sampling period, set by the budget's governor
+ * (gmpmon/capture/coldgov.py): 1 in cfg[2] contentions is traced (0 and 1: every one). An
+ * untraced one costs its traps and this test only: no user-stack walk (~2 µs), no map update,
+ * no record; its lockSlow entry is still counted in `hits`.
+ * cfg[3] = the sync.Mutex sites' link generation: bumped by the governor each time it links
+ * them again after a pause (it duty-cycles them where their traps alone pass its share), so
+ * that a lockSlow entered before the pause is never paired with an exit after it. */
+BPF_ARRAY(cfg, u32, 4);
 /* runq_addr[0] = runtime address of the global runq length (an int32), 0 = unknown. */
 BPF_ARRAY(runq_addr, u64, 1);
 
@@ -104,7 +111,19 @@ struct gm_lock {
     u64 ts;
     u64 addr;
     u64 stack;   /* (caller pc << 16) | (stack id & 0xffff) */
+    u64 every;   /* the sampling period it was traced under (cfg[2]; 1: every contention) */
+    u64 gen;     /* cfg[3] at the entry */
 };
+
+static __always_inline u32 gm_lock_gen(void)
+{
+    int three = 3;
+    u32 *g = cfg.lookup(&three);
+    return g ? *g : 0;
+}
+/* Where the governor pauses the sync.Mutex sites, an entry whose exit fell in the pause
+ * stays until its G contends again (its gen tells it apart). Not an LRU: on Prometheus its
+ * common LRU list took a run that traces nothing from ~0.8 to ~2 µs. */
 BPF_HASH(lock_at, u64, struct gm_lock, 65536);
 
 /* semacquire1 in progress, per goid: like lock_at, plus the LockKind decided at entry. */
@@ -726,12 +745,29 @@ static __always_inline void gm_emit_wait(struct pt_regs *ctx, u64 goid, u64 now,
  * frame setup: then the frame chain already has it): kept beside the stack id. */
 static __always_inline int on_lock_enter(struct pt_regs *ctx)
 {
+    /* Governed (cfg[2]): while the cold probes cost more than the budget, 1 contention in
+     * `every` is traced, chosen at random (no shared counter to bounce between CPUs). The
+     * record says its period (MUTEX_ADDR a1 >> 16): the model weighs it by that. */
+    int two = 2;
+    u32 *ev = cfg.lookup(&two);
+    u32 every = ev && *ev > 1 ? *ev : 1;
     u64 goid = gm_goid(ctx->r14);
+    if (every > 1 && bpf_get_prandom_u32() % every) {
+#if !SEMA_HAS_REASON
+        /* Untraced, but marked (every = 0): before 1.21 semacquire1 has no reason, and the
+         * wait's semacquire1 must still be told apart from a semaphore's (on_sema_enter). */
+        struct gm_lock skip = {.gen = gm_lock_gen()};
+        lock_at.update(&goid, &skip);
+#endif
+        return 0;
+    }
     u64 stack = gm_wait_stack(ctx, LOCK_RA_OFF);
     struct gm_lock l = {
         .ts = bpf_ktime_get_ns(),
         .addr = ctx->ax,
         .stack = stack,
+        .every = every,
+        .gen = gm_lock_gen(),
     };
     lock_at.update(&goid, &l);
     return 0;
@@ -748,9 +784,11 @@ static __always_inline int on_lock_exit(struct pt_regs *ctx)
     if (!l)
         return 0;
     u64 now = bpf_ktime_get_ns();
-    u64 ts = l->ts, addr = l->addr, stack = l->stack;
+    u64 ts = l->ts, addr = l->addr, stack = l->stack, every = l->every, gen = l->gen;
     lock_at.delete(&goid);
-    gm_emit_wait(ctx, goid, now, ts, addr, stack, GM_LOCK_MUTEX);
+    if (!every || gen != gm_lock_gen())
+        return 0;  /* not traced (sampled out), or entered before the sites' last pause */
+    gm_emit_wait(ctx, goid, now, ts, addr, stack, GM_LOCK_MUTEX | (every << 16));
     return 0;
 }
 
@@ -763,7 +801,8 @@ static __always_inline int on_lock_exit(struct pt_regs *ctx)
 static __always_inline int on_sema_enter(struct pt_regs *ctx)
 {
     u64 goid = gm_goid(ctx->r14);
-    if (lock_at.lookup(&goid))
+    struct gm_lock *held = lock_at.lookup(&goid);
+    if (held && held->gen == gm_lock_gen())
         return 0;
     u64 kind = GM_LOCK_SEMA;
 #if SEMA_HAS_REASON

@@ -340,12 +340,18 @@ class BpfProgram:
             raise OSError(err, os.strerror(err))
         return fd
 
-    def detach(self, group: str) -> None:
-        for fd in self._groups.pop(group, []):
-            if self._multi:
-                os.close(fd)
-            else:
-                self._lib.bpf_close_perf_event_fd(fd)
+    def detach(self, *groups: str) -> None:
+        for group in groups:
+            for fd in self._groups.pop(group, []):
+                if self._multi:
+                    os.close(fd)
+                else:
+                    self._lib.bpf_close_perf_event_fd(fd)
+
+    def link_fd(self, group: str) -> int:
+        """The uprobe_multi link of a group (-1: none, or per-site perf events)."""
+        fds = self._groups.get(group, [])
+        return fds[0] if self._multi and len(fds) == 1 else -1
 
     def set_load_bias(self, bias: int) -> None:
         """Tell the programs where the target's globals are (PIE: known once mapped)."""

@@ -39,6 +39,11 @@ from dataclasses import dataclass
 MIN_WINDOW_NS = 2_000_000  # below this a window is skipped: attach+detach would be most of it
 BANK_WINDOW_S = 0.005  # credit may be saved up for a window this long (see account)
 PROBE_WINDOW_NS = 5_000_000  # first window, to measure the hot hit rate
+# The first window, where it borrows (first_may_borrow): longer than the sites' way in
+# (7-15 ms here), or it measures nothing (SCALE_MIN_HITS, INSIDE_MIN_S) and the next one is
+# sized by the prior again.
+FIRST_WINDOW_S = 0.02
+FIRST_DEBT_PERIODS = 8
 HORIZON_S = 60.0  # a burst's debt is repaid within this many seconds of earnings
 EWMA = 0.5
 # The prior: hot hits per timeToRun sample (the runtime tracks ~1 transition in 8) and per
@@ -91,9 +96,26 @@ class CostStatus:
     watch_cost_s: float = 0.0  # the part of cost_s that is gmpmon's own CPU (contended)
     watch_s_per_hit: float = 0.0  # gmpmon's CPU per hot hit, times contention
     contention: float = 0.0  # the chance that gmpmon finds no CPU idle (0..1)
+    # The cold sync.Mutex probes under the governor (coldgov.py): 1 contention in
+    # mutex_every traced now, the largest period so far, the seconds spent sampling, their
+    # cost in % of the target's CPU (None: not measured yet), whether even 1 in EVERY_MAX
+    # passed their share, the share of each period their sites are linked, and the seconds
+    # they were not.
+    mutex_every: int = 1
+    mutex_every_max: int = 1
+    mutex_sampled_s: float = 0.0
+    cold_pct: float | None = None
+    cold_traps_over: bool = False
+    mutex_duty: float = 1.0
+    mutex_paused_s: float = 0.0
 
     def header_text(self) -> str:
-        return f"cost ~{self.recent_pct:.1f}% (budget {self.budget_pct:g}%)"
+        from gmpmon.model.cost import cut_back_text
+
+        text = f"cost ~{self.recent_pct:.1f}% (budget {self.budget_pct:g}%)"
+        cut = cut_back_text("mutex", self.mutex_every, self.mutex_every_max,
+                            self.mutex_sampled_s, self.mutex_duty, self.mutex_paused_s)
+        return f"{text}; {cut}" if cut else text
 
 
 class BudgetPlanner:
@@ -188,12 +210,12 @@ class BudgetPlanner:
         self.watch_s_per_hit = self.cpu_per_hit_s * self.contention
 
     def account(self, dt_s: float, target_cpu_s: float, hits: int, bpf_run_ns: int | None,
-                bpf_runs: int = 0, hot_hits: int = 0) -> float:
+                bpf_runs: int = 0, hot_hits: int = 0, cold_records: float = 0.0) -> float:
         """One accounting step: over ``dt_s`` the target used ``target_cpu_s`` and the probes
         were hit ``hits`` times, ``hot_hits`` of them hot; the kernel measured ``bpf_run_ns``
         in gmpmon's program over ``bpf_runs`` runs (None without BPF stats). Returns the
-        cost charged, in seconds. The cold probes' records are not charged gmpmon's CPU:
-        they come in every mode, the budget or not."""
+        cost charged, in seconds. The governed cold probes' records (``cold_records``: the
+        traced sync.Mutex waits', coldgov.py) are charged gmpmon's CPU like a hot hit's."""
         if bpf_run_ns is not None and bpf_runs > 0 and 2 * hot_hits >= bpf_runs:
             # Only where the hot hits are most of the runs: the cold probes' runs walk user
             # stacks (~2.5 µs each on the ping-pong, 3x a hot hit's) and, between windows,
@@ -202,7 +224,7 @@ class BudgetPlanner:
             self.ns_per_hit = nsph if not self._nsph_seen else (
                 EWMA * nsph + (1 - EWMA) * self.ns_per_hit)
             self._nsph_seen = True
-        watch = hot_hits * self.watch_s_per_hit
+        watch = (hot_hits + cold_records) * self.watch_s_per_hit
         self.watch_cost_s += watch
         cost = (hits * self.hit_cost_s + (bpf_run_ns if bpf_run_ns is not None else 0) * 1e-9
                 + watch)
@@ -295,15 +317,27 @@ class BudgetPlanner:
         rate = self.rate()
         if rate < 0:
             return min(self.probe_s, self.max_window_s)
-        if self.credit_s <= 0:
-            return 0.0
         per_s = rate * self.per_hit_s()
         if per_s <= 0:
-            return self.max_window_s
+            return self.max_window_s if self.credit_s > 0 else 0.0
         inside = self.credit_s / per_s - self.tail()
-        if inside * 1e9 < MIN_WINDOW_NS:
-            return 0.0
-        return min(self.max_window_s, self.link_s + inside)
+        if inside * 1e9 >= MIN_WINDOW_NS and self.credit_s > 0:
+            return min(self.max_window_s, self.link_s + inside)
+        if self.windows == 0 and self.first_may_borrow():
+            return min(FIRST_WINDOW_S, self.max_window_s)
+        return 0.0
+
+    def first_may_borrow(self) -> bool:
+        """The first window may borrow what FIRST_DEBT_PERIODS periods earn: until a window
+        has measured the rate and the sites' way in and out, the prior prices one at several
+        times its cost (Prometheus under wrk: ~35 ms planned, ~6 ms charged), and the credit
+        took 4-5 s to reach that: a short run of default mode opened no window at all. Not
+        where the prior says a window costs more (64 busy Ps: its way in alone, 130-400 ms,
+        is all hit): that one waits for its credit."""
+        debt = self.window_cost_s(FIRST_WINDOW_S) - max(self.credit_s, 0.0)
+        return self.cpu_rate > 0 and debt <= (
+            FIRST_DEBT_PERIODS * self.budget * self.cpu_rate * self.period_s) + min(
+            self.credit_s, 0.0)
 
     def allow_burst(self, burst_s: float) -> bool:
         """A trigger's burst may borrow: the debt it leaves must be repaid within the horizon."""

@@ -25,7 +25,7 @@ from gmpmon.capture.bpfprog import BpfProgram, ProbePlan, plan_probes
 from gmpmon.capture.budget import CostStatus, prior_hits_per_s
 from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.gosites import GoSites
-from gmpmon.capture.hotparent import HotControl, WindowFact, start_hotctl
+from gmpmon.capture.hotparent import HotControl, WindowFact, attach_cold, start_hotctl
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
 from gmpmon.capture.perfsample import SAMPLE_HZ
 from gmpmon.capture.pipeline import BatchQueue
@@ -36,7 +36,7 @@ from gmpmon.capture.sampler import Sampler
 from gmpmon.capture.stacksym import MutexStacks, fix_go_sites
 from gmpmon.capture.targetmem import exe_id, gone
 from gmpmon.capture.triggers import Flight, TriggerSpec
-from gmpmon.capture.watchcost import PriorRate, WatchCost, cost_event, window_event
+from gmpmon.capture.watchcost import PriorRate, WatchCost, cost_events, window_event
 from gmpmon.errors import CaptureError, GmpmonError
 from gmpmon.events import (
     LOST_IN_BAND,
@@ -202,7 +202,7 @@ class Capture:
         # where they cannot, that is the one error said.
         self.kernel.compile()
         try:
-            self.prog.attach("cold", self.plan.cold)
+            attach_cold(self.prog, self.plan.cold, governed=self.mode == "default")
             if self.mode == "full":
                 self.prog.attach("hot", self.plan.hot)
                 self._hot_on = True
@@ -320,7 +320,7 @@ class Capture:
     def close(self) -> None:
         if self.prog is not None:
             self.prog.detach("hot")
-            self.prog.detach("cold")
+            self.prog.detach("cold", "mutex")
         if self.ring is not None:
             self.ring.close()
             self.ring = None
@@ -366,7 +366,7 @@ class Capture:
         cycle_start = now
         next_release = now
         if self.mode == "default":
-            self.hotctl = start_hotctl(self.prog, self.plan.hot, self.pid, self.budget_pct,
+            self.hotctl = start_hotctl(self.prog, self.plan, self.pid, self.budget_pct,
                                        self.window_ns, self.period_ns,
                                        prior=self.runtime is not None
                                        and self.runtime.counters is not None)
@@ -453,7 +453,7 @@ class Capture:
         else:
             self.prog.detach("hot")
             self._hot_on = False
-        self.prog.detach("cold")
+        self.prog.detach("cold", "mutex")
         if self._stop.is_set() and self.ring is not None and self.ring.backlog() > CUT_BACKLOG:
             # --duration / Ctrl-C: a full ring is not decoded after the end, only counted.
             n = self.ring.skip()
@@ -498,7 +498,7 @@ class Capture:
         c = self.hotctl.status if self.hotctl is not None else None
         if c is not None and c is not self._cost_sent:
             self._cost_sent = c
-            self._pending.append(cost_event(now, c))
+            self._pending.extend(cost_events(now, c))
 
     def charge_model(self, cpu_s: float) -> None:
         """The model thread (and the recorder behind it) spent ``cpu_s`` on records."""

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from gmpmon.capture import bpfsys
 from gmpmon.capture.budget import BudgetPlanner, CostStatus
+from gmpmon.capture.coldgov import MUTEX_HANDLERS, RECORDS_PER_WAIT, ColdGovernor, ColdStep
 from gmpmon.probetable import HANDLERS as HANDLER_NAMES
 
 if TYPE_CHECKING:
@@ -90,6 +91,11 @@ class HotConfig:
     hit_cost_s: float = 0.0  # 0: calibrate
     slow_start: bool = False  # no realtime priority (tests)
     prior: bool = False  # the parent reads the runtime's counters and sends ``prior`` lines
+    # The sync.Mutex sites' link, handed over by the parent (-1: none), and the sites to link
+    # them again after a pause (coldgov.py: their duty)
+    mutex_link_fd: int = -1
+    mutex_offsets: list[int] = dataclasses.field(default_factory=list)
+    mutex_cookies: list[int] = dataclasses.field(default_factory=list)
 
 
 def target_cpu_s(pid: int) -> float:
@@ -154,6 +160,13 @@ class Controller:
         self._linked = (0, 0)  # when the open window's link was in, and the hot hits then
         self._open_totals: list[int] = []
         self._last_window_hits: dict[int, int] = {}  # handler -> hits in the last window
+        self.gov = ColdGovernor(cfg.budget_pct)  # the cold sync.Mutex probes' sampling
+        self._lock_ids = [HANDLER_NAMES.index(h) for h in MUTEX_HANDLERS]
+        self.mutex_link = cfg.mutex_link_fd
+        self.mutex_gen = 0
+        self._mutex_since = time.monotonic()  # linked since (when linked)
+        self._mutex_linked_s = 0.0  # linked time not yet accounted
+        self._mutex_pause_at = 0  # ns: when this period's linked share ends (0: never)
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")  # type: ignore[attr-defined]
@@ -180,6 +193,7 @@ class Controller:
             self.stats_fd = -1
         self.planner = BudgetPlanner(self.cfg.budget_pct, cost, self.cfg.period_ns * 1e-9,
                                      self.cfg.window_ns * 1e-9)
+        bpfsys.array_set_u32(self.cfg.cfg_fd, 2, self.gov.every)
         self._prev_t = time.monotonic()
         self._prev_cpu = target_cpu_s(self.cfg.pid)
         self._prev_run = bpfsys.prog_run_stats(self.cfg.prog_fd) if self.stats_fd >= 0 else None
@@ -338,13 +352,68 @@ class Controller:
             if cur is not None:
                 run_ns, runs = cur[0] - self._prev_run[0], cur[1] - self._prev_run[1]
                 self._prev_run = cur
-        charged = self.planner.account(now - self._prev_t, max(cpu - self._prev_cpu, 0.0), hits,
-                                       run_ns, runs, hot)
+        entries, mhits = (totals[i] - prev[i] for i in self._lock_ids)
+        mhits += entries
+        dt, dcpu = now - self._prev_t, max(cpu - self._prev_cpu, 0.0)
+        charged = self.planner.account(dt, dcpu, hits, run_ns, runs, hot,
+                                       RECORDS_PER_WAIT * entries / self.gov.every)
         if DEBUG and hits:
-            self.debug(f"account {hits} hits ({hot} hot), bpf {run_ns} ns / {runs} runs: "
-                       f"{charged * 1e3:.2f}ms")
+            self.debug(f"account {hits} hits ({hot} hot, {entries} lockSlow), bpf {run_ns} ns"
+                       f" / {runs} runs: {charged * 1e3:.2f}ms")
+        linked = self.mutex_linked_s(now)
+        self.gov.elapsed(dt, linked if self.cfg.mutex_offsets else dt)
+        if hot == 0 and self.link < 0:  # the program's run time is the cold probes' alone
+            self.govern(ColdStep(dt, dcpu, hits - hot, entries, run_ns, runs, mhits,
+                                 linked if self.cfg.mutex_offsets else -1.0))
         self._prev_t, self._prev_cpu = now, cpu
         self.say("C " + json.dumps(dataclasses.asdict(self.status())))
+
+    def govern(self, step: ColdStep) -> None:
+        """The cold sync.Mutex probes' sampling period and duty for what this step cost
+        (coldgov)."""
+        assert self.planner is not None
+        was, duty = self.gov.every, self.gov.duty
+        every = self.gov.step(step, self.planner.hit_cost_s, self.planner.watch_s_per_hit)
+        if not self.cfg.mutex_offsets:
+            self.gov.duty = 1.0  # nothing to pause: sampling only
+        if every != was:
+            bpfsys.array_set_u32(self.cfg.cfg_fd, 2, every)
+        if DEBUG and (every != was or self.gov.duty != duty):
+            self.debug(f"mutex traced 1 in {every} (was {was}), linked "
+                       f"{self.gov.duty:.0%} of each period, base {self.gov.base_ns:.0f}ns, "
+                       f"cold {self.gov.cold_pct() or 0:.2f}%")
+
+    # --- the sync.Mutex sites' duty ------------------------------------------------------
+
+    def mutex_linked_s(self, now: float) -> float:
+        """How long the sync.Mutex sites were linked since the last call."""
+        s = self._mutex_linked_s
+        if self.mutex_link >= 0:
+            s += now - self._mutex_since
+            self._mutex_since = now
+        self._mutex_linked_s = 0.0
+        return s
+
+    def mutex_period(self, now_ns: int) -> None:
+        """A period starts: link the sync.Mutex sites (if paused) for the governor's duty."""
+        if not self.cfg.mutex_offsets:
+            return
+        if self.mutex_link < 0:
+            self.mutex_gen += 1  # a lockSlow entered before the pause pairs with no exit
+            bpfsys.array_set_u32(self.cfg.cfg_fd, 3, self.mutex_gen)
+            self.mutex_link = bpfsys.link_uprobe_multi(
+                self.cfg.prog_fd, self.cfg.path, self.cfg.mutex_offsets, self.cfg.mutex_cookies)
+            self._mutex_since = time.monotonic()
+        d = self.gov.duty
+        self._mutex_pause_at = 0 if d >= 1.0 else now_ns + int(d * self.cfg.period_ns)
+
+    def mutex_pause(self) -> None:
+        if self.mutex_link < 0:
+            return
+        self._mutex_linked_s += time.monotonic() - self._mutex_since
+        os.close(self.mutex_link)
+        self.mutex_link = -1
+        self._mutex_pause_at = 0
 
     def host_contention(self) -> float | None:
         """The host's contention since the last call (see contention), with gmpmon's CPU
@@ -370,6 +439,10 @@ class Controller:
             overstays=self.overstays, worst_overstay_ns=self.worst_overstay, bursts=p.bursts,
             cut_short=self.cut_short, watch_cost_s=p.watch_cost_s,
             watch_s_per_hit=p.watch_s_per_hit, contention=p.contention,
+            mutex_every=self.gov.every, mutex_every_max=self.gov.every_max,
+            mutex_sampled_s=self.gov.sampled_s, cold_pct=self.gov.cold_pct(),
+            cold_traps_over=self.gov.traps_over, mutex_duty=self.gov.duty,
+            mutex_paused_s=self.gov.paused_s,
         )
 
     # --- the loop ------------------------------------------------------------------------
@@ -381,6 +454,7 @@ class Controller:
         next_period = t0
         next_account = t0 + int(ACCOUNT_S * 1e9)
         next_guard = t0
+        next_mutex = t0 + period // 2  # its pauses fall between the windows' starts
         buf = b""
         while True:
             now = time.monotonic_ns()
@@ -397,6 +471,12 @@ class Controller:
                 # cold probes move, and the credit earned is the same read less often.
                 busy = self.link >= 0 or now - self.planned_end < int(ACCOUNT_BUSY_S * 1e9)
                 next_account = now + int((ACCOUNT_S if busy else ACCOUNT_IDLE_S) * 1e9)
+            if self._mutex_pause_at and now >= self._mutex_pause_at:
+                self.mutex_pause()
+                now = time.monotonic_ns()
+            if now >= next_mutex:
+                self.mutex_period(now)
+                next_mutex += period * max(1, (now - next_mutex) // period + 1)
             if self.link < 0 and now >= next_period:
                 w = int(self.planner.next_window_s() * 1e9)
                 if w > 0 and (now - t0 >= WATCH_WAIT_NS or self.ready_to_size()):
@@ -404,8 +484,8 @@ class Controller:
                 elif DEBUG:
                     self.debug(f"no window ({w / 1e6:.1f}ms, ready {self.ready_to_size()})")
                 next_period += period * max(1, (now - next_period) // period + 1)
-            wake = min(next_account, next_period if self.link < 0 else
-                       min(self.planned_end, next_guard))
+            wake = min(next_account, next_mutex, self._mutex_pause_at or next_mutex,
+                       next_period if self.link < 0 else min(self.planned_end, next_guard))
             timeout = max(wake - time.monotonic_ns(), 500_000) * 1e-9
             r, _, _ = select.select([inp], [], [], timeout)
             if not r:
@@ -481,6 +561,10 @@ def main() -> int:
         ctl.run(inp)
     except Exception as e:  # reported to the parent, which falls back or says so
         ctl.say(f"E {type(e).__name__}: {e}")
+        if DEBUG:
+            import traceback
+
+            traceback.print_exc()
         return 1
     finally:
         ctl.close_window()

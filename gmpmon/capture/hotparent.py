@@ -14,11 +14,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gmpmon.capture.budget import CostStatus
+from gmpmon.capture.coldgov import MUTEX_HANDLERS
 from gmpmon.capture.hotctl import HotConfig
 
 if TYPE_CHECKING:
-    from gmpmon.capture.bpfprog import BpfProgram
+    from gmpmon.capture.bpfprog import BpfProgram, ProbePlan
     from gmpmon.capture.sites import Site
+
+
+def attach_cold(prog: BpfProgram, cold: list[Site], governed: bool) -> None:
+    """Attach the cold sites; in default mode the sync.Mutex ones as a link of their own
+    ("mutex"), which the controller takes over and may pause (coldgov.py)."""
+    mutex = [s for s in cold if s.probe.handler in MUTEX_HANDLERS] if governed else []
+    prog.attach("cold", [s for s in cold if s not in mutex])
+    prog.attach("mutex", mutex)
 
 
 @dataclass
@@ -33,8 +42,10 @@ class WindowFact:
 
 
 def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
-               window_ns: int, period_ns: int, prior: bool = False) -> HotConfig:
-    """The controller's config for this program's hot sites."""
+               window_ns: int, period_ns: int, prior: bool = False,
+               mutex: list[Site] | None = None) -> HotConfig:
+    """The controller's config for this program's hot sites (and its sync.Mutex sites, whose
+    link the controller takes over: ``mutex_link_fd``)."""
     from gmpmon.capture.bpfprog import BPF_TRACE_UPROBE_MULTI
     from gmpmon.probetable import HANDLERS
 
@@ -47,6 +58,9 @@ def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
         hot_ids=sorted({s.hid for s in sites}),
         n_handlers=len(HANDLERS), pid=pid, budget_pct=budget_pct, window_ns=window_ns,
         period_ns=period_ns, hit_cost_s=hit_cost, prior=prior,
+        mutex_link_fd=prog.link_fd("mutex") if mutex else -1,
+        mutex_offsets=prog.file_offsets(mutex) if mutex else [],
+        mutex_cookies=[s.cookie for s in mutex or ()],
     )
 
 
@@ -54,7 +68,8 @@ class HotControl:
     """The parent's handle on the controller process."""
 
     def __init__(self, cfg: HotConfig) -> None:
-        fds = (cfg.prog_fd, cfg.hits_fd, cfg.cfg_fd)
+        fds = tuple(fd for fd in (cfg.prog_fd, cfg.hits_fd, cfg.cfg_fd, cfg.mutex_link_fd)
+                    if fd >= 0)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gmpmon.capture.hotctl"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=fds, close_fds=True,
@@ -143,14 +158,23 @@ class HotControl:
         return facts
 
 
-def start_hotctl(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
+def start_hotctl(prog: BpfProgram, plan: ProbePlan, pid: int, budget_pct: float,
                  window_ns: int, period_ns: int, prior: bool = False) -> HotControl | None:
     """The controller for default mode; None where it cannot run (no uprobe_multi links:
-    capture then keeps the old in-thread duty cycle)."""
+    capture then keeps the old in-thread duty cycle, and the sync.Mutex sites stay linked).
+    It takes over the sync.Mutex sites' link: this process closes its own copy."""
     from gmpmon.capture.bpfprog import uprobe_multi_supported
 
+    sites = plan.hot
     if not sites or not uprobe_multi_supported():
         return None
     if os.environ.get("GMPMON_NO_HOTCTL", "") not in ("", "0"):
         return None
-    return HotControl(config_for(prog, sites, pid, budget_pct, window_ns, period_ns, prior))
+    mutex = [s for s in plan.cold if s.probe.handler in MUTEX_HANDLERS]
+    if prog.link_fd("mutex") < 0:
+        mutex = []
+    ctl = HotControl(config_for(prog, sites, pid, budget_pct, window_ns, period_ns, prior,
+                                mutex))
+    if mutex:
+        prog.detach("mutex")  # the controller holds the link now (its copy of the fd)
+    return ctl

@@ -9,7 +9,8 @@ from collections import deque
 
 from gmpmon.capture.budget import CostStatus
 from gmpmon.capture.hotparent import WindowFact
-from gmpmon.events import COST_WATCH_SHIFT, EventTuple, Kind
+from gmpmon.events import COST_WATCH_SHIFT, ColdGroup, EventTuple, Kind
+from gmpmon.model.cost import TRAPS_OVER
 
 WATCH_SPAN = 40  # intervals (10 s) in the slope
 WATCH_SPREAD = 5  # the busiest interval has this many times the records of the quietest
@@ -95,8 +96,16 @@ def window_event(f: WindowFact) -> EventTuple:
     return (f.ts, Kind.WINDOW, -1, 0, 0, a0, a1)
 
 
-def cost_event(now: int, c: CostStatus) -> EventTuple:
-    """COST: the controller's estimate of what the target pays (model/cost.py decodes it)."""
+def cost_events(now: int, c: CostStatus) -> list[EventTuple]:
+    """COST: the controller's estimate of what the target pays (model/cost.py decodes it),
+    and COLD_CUT once the governor has cut the cold sync.Mutex probes back."""
     counts = c.overstays | c.bursts << 20 | c.cut_short << 40
     m = round(c.budget_pct * 1000) | round(c.watch_cost_s * 1e6) << COST_WATCH_SHIFT
-    return (now, Kind.COST, -1, m, counts, int(c.cost_s * 1e9), int(c.target_cpu_s * 1e9))
+    out: list[EventTuple] = [(now, int(Kind.COST), -1, m, counts, int(c.cost_s * 1e9),
+                              int(c.target_cpu_s * 1e9))]
+    if c.mutex_every_max > 1 or c.mutex_paused_s > 0:
+        cm = c.mutex_every | (TRAPS_OVER if c.cold_traps_over else 0)
+        g = int(ColdGroup.MUTEX) | round(c.mutex_duty * 1000) << 8
+        a0 = c.mutex_every_max | int(c.mutex_paused_s * 1000) << 16
+        out.append((now, int(Kind.COLD_CUT), -1, cm, g, a0, int(c.mutex_sampled_s * 1e9)))
+    return out

@@ -60,9 +60,10 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--budget", type=float, default=1.0, metavar="PCT",
-        help="default mode: keep what the hot probes cost the target (their traps, and "
+        help="default mode: keep what the probes cost the target (their traps, and "
         "gmpmon's CPU for their records on a busy host) within PCT%% of its CPU time; windows "
-        "are sized (down to none) to fit (default: %(default)s)",
+        "are sized (down to none) to fit, and the cold sync.Mutex probes trace 1 contention "
+        "in N (and pause) while they cost more than a quarter of it (default: %(default)s)",
     )
     p.add_argument(
         "--trigger", action="append", default=[], metavar="COND",

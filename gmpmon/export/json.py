@@ -133,7 +133,13 @@ def _cost(snap: Snapshot) -> dict[str, Any] | None:
             "windows": snap.windows, "covered_s": round(snap.windows_covered_ns / 1e9, 6),
             "cost_ns": c.cost_ns, "watch_ns": c.watch_ns, "target_cpu_ns": c.target_cpu_ns,
             "overstays": c.overstays,
-            "bursts": c.bursts, "cut_short": c.cut_short, "triggers": len(snap.triggers)}
+            "bursts": c.bursts, "cut_short": c.cut_short, "triggers": len(snap.triggers),
+            # cold probe groups the governor cut back to stay in the budget, and what that
+            # cost in coverage
+            "cut_back": [{"probes": k.probes, "every": k.every, "every_max": k.every_max,
+                          "sampled_ns": k.sampled_ns, "traps_over": k.traps_over,
+                          "duty": k.duty, "paused_ns": k.paused_ns,
+                          "text": k.text()} for k in c.cut_back]}
 
 
 def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
@@ -228,6 +234,10 @@ def summary(snap: Snapshot, *, top: int = 10) -> dict[str, Any]:
                     snap.mutex_by_addr.items(), key=lambda kv: (-kv[1][1], kv[0])
                 )[:top]
             ],
+            # traced 1 in N while over the budget: how many waits were so weighed (each
+            # counted N times above), the largest N; null when every wait was traced
+            "sampled": ({"waits": snap.mutex_sampling[0], "every_max": snap.mutex_sampling[1]}
+                        if snap.mutex_sampling[0] else None),
             **_src(qs["mutex_waits"]),
         },
         # Every blocking wait gmpmon measured, by what it waited for (sync.Mutex included;

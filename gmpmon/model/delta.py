@@ -165,6 +165,8 @@ def since(cur: Snapshot, base: Snapshot | None) -> Snapshot:
         mutex_by_addr=_sub_pairs(cur.mutex_by_addr, base.mutex_by_addr),
         waits_by_kind=_sub_pairs(cur.waits_by_kind, base.waits_by_kind),
         wait_stacks=_stacks(cur.wait_stacks, base.wait_stacks),
+        mutex_sampling=(cur.mutex_sampling[0] - base.mutex_sampling[0],
+                        cur.mutex_sampling[1]),
         illegal_transitions=cur.illegal_transitions - base.illegal_transitions,
         late_events=cur.late_events - base.late_events,
         unseen_wakes=cur.unseen_wakes - base.unseen_wakes,

@@ -151,6 +151,31 @@ def _hot(read: Callable[[Snapshot], Any], *, counters: str = "") -> tuple[Source
             Source(WINDOWS, "default mode, while hot probes are attached", windows))
 
 
+def _cold_mutex(read: Callable[[Snapshot], Any], sampled: bool) -> Source:
+    """lockSlow's probes, every wait traced (``sampled`` False) or, when the budget's
+    governor traced 1 in N of them for a while (``sampled`` True), each such wait weighed N:
+    an estimate, after the runtime's own counter where it has one."""
+
+    def f(snap: Snapshot) -> Measured | None:
+        n, every_max = snap.mutex_sampling
+        paused = sum(c.paused_ns for c in snap.cost.cut_back) if snap.cost else 0
+        if not _cold(snap) or (n > 0 or paused > 0) != sampled:
+            return None
+        if not sampled:
+            return Measured(read(snap), COLD, EXACT)
+        said = []
+        if n:
+            said.append(f"sampled 1 in up to {every_max} while over budget ({n} waits "
+                        "traced), scaled")
+        if paused:
+            pct = 100.0 * paused / max(snap.now - snap.start, 1)
+            said.append(f"its sites not linked {min(pct, 100):.0f}% of the time: a lower bound")
+        return Measured(read(snap), COLD, "; ".join(said))
+
+    return Source(COLD, "every mode, lockSlow is a cold probe" + (
+        "; traced 1 in N while over the budget" if sampled else ""), f)
+
+
 def _cold_source(read: Callable[[Snapshot], Any], why: str = "") -> Source:
     def f(snap: Snapshot) -> Measured | None:
         return Measured(read(snap), COLD, EXACT) if _cold(snap) else None
@@ -310,10 +335,12 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     _q("stw", "stop-the-world pauses", _cold_source(lambda s: s.stw_count),
        Source(RT_HISTOGRAM, "Go 1.22+, stwTotalTimeGC", _rt_stw)),
     _q("mutex_waits", "contended sync.Mutex waits (lockSlow)",
-       _cold_source(lambda s: s.mutex_contentions, "every mode, lockSlow is a cold probe")),
+       _cold_mutex(lambda s: s.mutex_contentions, False),
+       _cold_mutex(lambda s: s.mutex_contentions, True)),
     _q("mutex_wait_ns", "time goroutines waited for a sync.Mutex",
-       _cold_source(lambda s: s.mutex_wait_ns, "every mode, lockSlow is a cold probe"),
-       Source(RT_COUNTERS, "Go 1.21+, totalMutexWaitTime", _rt_mutex_wait)),
+       _cold_mutex(lambda s: s.mutex_wait_ns, False),
+       Source(RT_COUNTERS, "Go 1.21+, totalMutexWaitTime", _rt_mutex_wait),
+       _cold_mutex(lambda s: s.mutex_wait_ns, True)),
     _q("gc_cycles", "GC cycles since attach",
        Source("runtime memory", "every mode, memstats.numgc", _gc_cycles)),
 )}

@@ -175,6 +175,9 @@ class Snapshot:
     # label: over the whole run, also in an interval's delta)
     mutex_addr_stack: dict[int, tuple[str, ...]] = field(default_factory=dict)
     wait_stacks: tuple[MutexStack, ...] = ()  # RWMutex / semaphore waits, by wait_ns desc
+    # sync.Mutex waits traced 1 in N > 1 while the cold probes were over the budget (each
+    # counted N times in the mutex_* fields), and the largest N (1: never sampled)
+    mutex_sampling: tuple[int, int] = (0, 1)
     # The runtime's own counters and the goroutine census (gmpmon.model.runtime); None when
     # the capture had neither (older recordings).
     runtime: RuntimeView | None = None

@@ -3,6 +3,12 @@ RWMutex, WaitGroup, ...), by kind, by stack and (sync.Mutex) by lock address.
 
 Each wait arrives as MUTEX_ADDR (which lock, which LockKind) then MUTEX (how long, from
 which stack) for the same goroutine.
+
+While the cold probes cost more than the budget, the governor (gmpmon/capture/coldgov.py)
+traces 1 sync.Mutex contention in N; MUTEX_ADDR's a1 says N above its LockKind (a1 >> 16;
+0 before it was sampled: 1). Each such wait stands for N: the counts, the wait time and the
+tables by stack and by lock add it N times (an estimate, unbiased: the N-th is chosen at
+random), and ``mutex_sampling`` says how many waits were so weighed and the largest N.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class Waits(Part):
         self.addr_of_g: dict[int, tuple[int, int]] = {}  # goid -> (addr, LockKind)
         self.by_kind: dict[int, list[int]] = {}  # LockKind -> [count, ns]
         self.other_by_stack: dict[tuple[int, int], list[int]] = {}  # (kind, stack) -> [n, ns]
+        self.sampled = 0  # sync.Mutex waits traced 1 in N > 1 (each weighed N)
+        self.sample_max = 1  # the largest N
 
     def handlers(self) -> Iterable[tuple[int, Handler]]:
         return (
@@ -51,18 +59,24 @@ class Waits(Part):
 
     def on_mutex(self, e: EventTuple) -> None:
         _ts, _, _p, _m, g, a0, a1 = e
-        addr, kind = self.addr_of_g.pop(g, (-1, LOCK_MUTEX))
-        add_row(self.by_kind, kind, 1, a0)
+        addr, word = self.addr_of_g.pop(g, (-1, LOCK_MUTEX))
+        kind, every = word & 0xFFFF, max(word >> 16, 1)
         if kind != LOCK_MUTEX:
             # RWMutex and semaphore waits (semacquire1): kept apart, so that "mutex" stays
             # sync.Mutex contention only.
+            add_row(self.by_kind, kind, 1, a0)
             add_row(self.other_by_stack, (kind, a1), 1, a0)
             return
-        self.mutex_contentions += 1
-        self.mutex_wait_ns += a0
-        add_row(self.by_stack, a1, 1, a0)
+        if every > 1:
+            self.sampled += 1
+            self.sample_max = max(self.sample_max, every)
+        ns = a0 * every
+        add_row(self.by_kind, kind, every, ns)
+        self.mutex_contentions += every
+        self.mutex_wait_ns += ns
+        add_row(self.by_stack, a1, every, ns)
         if addr >= 0:
-            add_row(self.by_addr_stack, (addr, a1), 1, a0)
+            add_row(self.by_addr_stack, (addr, a1), every, ns)
 
     def _by_addr(self, top: int = 8) -> tuple[dict[int, list[int]], dict[int, tuple[str, ...]]]:
         """sync.Mutex waits by lock address ([n, ns]), and the stack with the most wait on
@@ -92,6 +106,7 @@ class Waits(Part):
         return {
             "mutex_contentions": self.mutex_contentions,
             "mutex_wait_ns": self.mutex_wait_ns,
+            "mutex_sampling": (self.sampled, self.sample_max),
             "mutex_stacks": tuple(mutex),
             "mutex_by_addr": {a: (r[0], r[1]) for a, r in sorted(by_addr.items())},
             "mutex_addr_stack": addr_stack,

@@ -204,7 +204,7 @@ def test_cost_events_give_the_summary_cost() -> None:
     c = summary(snap)["cost"]
     assert c == {"estimated_pct": 0.8, "budget_pct": 1.0, "windows": 2, "covered_s": 0.025,
                  "cost_ns": 8_000_000, "watch_ns": 0, "target_cpu_ns": 1_000_000_000,
-                 "overstays": 1, "bursts": 0, "cut_short": 0, "triggers": 0}
+                 "overstays": 1, "bursts": 0, "cut_short": 0, "triggers": 0, "cut_back": []}
     # gmpmon's own CPU (as contended) rides above the budget in m, in µs
     snap = run([ev(10_000, Kind.COST, m=500 | 3_000 << 20, g=0, a0=8_000_000,
                    a1=1_000_000_000)], mode="default")
