@@ -383,6 +383,8 @@ class Capture:
             t0 = time.monotonic_ns()
             if self.hotctl is not None:
                 self._window_facts(self.hotctl.poll())
+                if (why := self.hotctl.failure()) is not None:  # said at the end, as a stop
+                    self.readers.stopped("hot-window controller", CaptureError(why), (), t0)
                 self._cost_event(t0)
                 if t0 >= self._next_watch:
                     self._watch_report()

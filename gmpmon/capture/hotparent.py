@@ -83,6 +83,8 @@ class HotControl:
         self.status: CostStatus | None = None
         self.hit_cost_s = 0.0
         self.errors: list[str] = []
+        self._failed = False  # failure() said so
+        self._stopping = False  # stop() asked it to exit
 
     def poll(self) -> list[WindowFact]:
         """Window facts since the last call (in order); updates status and errors."""
@@ -140,8 +142,19 @@ class HotControl:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def failure(self) -> str | None:
+        """Once, why the controller stopped mid-run (its own "E" line, or its exit code):
+        default mode then goes on with no hot window and no governed cold probe, which the
+        user must be told (capture hands it to the readers' stops). None while it runs."""
+        if self._failed or self._stopping or (not self.errors and self.alive()):
+            return None
+        self._failed = True
+        why = self.errors[0] if self.errors else f"exited with status {self.proc.returncode}"
+        return f"{why}; no hot window opens from here on"
+
     def stop(self, timeout: float = 2.0) -> list[WindowFact]:
         """Ask it to detach and exit; kill it (it is our child) if it does not in time."""
+        self._stopping = True
         self._send("quit")
         try:
             self.proc.wait(timeout=timeout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -288,3 +289,35 @@ def test_default_mode_cuts_back_the_cold_mutex_probes_and_says_so(tmp_path: Path
     replayed = json.loads(out.read_text())
     assert replayed["cost"]["cut_back"] == cut
     assert replayed["mutex"] == mu
+
+
+@pytest.mark.bpf
+def test_a_controller_that_dies_mid_run_is_said_and_the_exit_code_says_so(tmp_path: Path) -> None:
+    """The window controller is a child process: when it dies (here SIGKILL, as the OOM
+    killer would), default mode goes on with no hot window, and the user is told in one line
+    at the end, with the capture's exit code (10), not left with a quiet sample mode."""
+    exe = copy_target(tmp_path, "pingpong")
+    target = Proc([str(exe), "-t", "30s", "-wait-stdin"])
+    summary = tmp_path / "s.json"
+    try:
+        target.wait_line("ready")
+        target.send("\n")
+        gm = attach(target.p.pid, "--duration", "5", "--summary-json", str(summary))
+        ctl = None
+        end = time.monotonic() + 20
+        while ctl is None and time.monotonic() < end:
+            for child in Path(f"/proc/{gm.p.pid}/task").glob("*/children"):
+                for pid in child.read_text().split():
+                    if b"gmpmon.capture.hotctl" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        ctl = int(pid)
+            time.sleep(0.1)
+        assert ctl is not None, "no controller process under gmpmon"
+        time.sleep(1.0)
+        os.kill(ctl, signal.SIGKILL)
+        assert gm.p.wait(timeout=TIMEOUT) == 10, gm.err
+    finally:
+        target.kill()
+    lines = [ln for ln in gm.err.splitlines() if "hot-window controller stopped" in ln]
+    assert len(lines) == 1, gm.err
+    assert "exited with status -9" in lines[0] and "no hot window opens" in lines[0], lines
+    assert json.loads(summary.read_text())["cost"]["budget_pct"] == 1.0  # outputs written
