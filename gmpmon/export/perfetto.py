@@ -36,7 +36,7 @@ from gmpmon.model.snapshot import PState, Snapshot
 
 PROCESS_UUID, STW_UUID, ODD_UUID, P_UUID = 1, 2, 3, 16  # P n's track: P_UUID + n
 META_SEQ, EVENTS_SEQ, ODD_SEQ, P_SEQ = 1, 2, 3, 16  # P n's sequence: P_SEQ + n
-BUFFER_BYTES = 16 << 20  # packets held before compression, all sequences together
+BUFFER_BYTES = 4 << 20  # packets held before compression, all sequences together
 MIN_CHUNK = 64 << 10
 MAX_INTERNED = 1 << 16  # names (and begin packets) a sequence remembers
 LEVEL = 1  # zlib: level 1 already finds the repetition; 6 is ~3x slower for ~15% less
