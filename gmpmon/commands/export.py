@@ -19,7 +19,9 @@ formats:
             [wait reason]), weighted by wait time (g.waitsince) or --weight count
   pprof     gzipped profile.proto like Go's mutex profile (go tool pprof -top OUT);
             --what cpu: on-CPU profile from perf samples, labels goid and p (-tags)
-  perfetto  Chrome trace-event JSON, one track per P (ui.perfetto.dev)
+  perfetto  Perfetto protobuf trace: a track per P (its spans: the running goroutine,
+            searching, idle, syscall, GC stop), stop-the-world, steals and parks; open it
+            in ui.perfetto.dev (chrome://tracing reads only JSON)
   json      the summary JSON (docs/summary-schema.md)
 
 examples:
@@ -28,7 +30,7 @@ examples:
   gmpmon export s.gmp --format folded --what waits --weight count -o waits.folded
   gmpmon export s.gmp --format pprof -o mutex.pb.gz && go tool pprof -top mutex.pb.gz
   gmpmon export s.gmp --format pprof --what cpu -o cpu.pb.gz && go tool pprof -tags cpu.pb.gz
-  gmpmon export s.gmp --format perfetto -o trace.json
+  gmpmon export s.gmp --format perfetto -o trace.pftrace
   gmpmon export s.gmp --format json -o - | jq .sched_latency_ns.p99
 """
 

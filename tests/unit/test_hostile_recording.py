@@ -28,6 +28,7 @@ from pathlib import Path
 from gmpmon import errors
 from gmpmon.events import Kind
 from gmpmon.recformat import MAX_EVENTS_PER_BYTE, MAX_STACK_IDS, MAX_STACK_STRINGS
+from tests import perfetto_trace
 from tests.hostile import REPO
 from tests.hostile_recordings import (
     DATA,
@@ -85,7 +86,8 @@ def test_half_a_megabyte_holds_no_more_events_than_its_size_allows(tmp_path: Pat
         path = tmp_path / f"dense-{name}.gmp"
         path.write_bytes(dense_recording(kinds, 514_000))
         cases.append((path, "replay", "--no-tui"))
-        cases.append((path, "export", "--format", "perfetto", "-o", str(tmp_path / f"{name}.json")))
+        cases.append((path, "export", "--format", "perfetto", "-o",
+                      str(tmp_path / f"{name}.pftrace")))
     many = tmp_path / "many-frames.gmp"
     many.write_bytes(many_frames_recording(514_000))
     cases.append((many, "replay", "--no-tui"))
@@ -100,8 +102,8 @@ def test_half_a_megabyte_holds_no_more_events_than_its_size_allows(tmp_path: Pat
         if args[:2] == ["replay", "--no-tui"]:
             assert r.out.startswith("gmpmon: pid") and "recording read in part" in r.out
         print(f"\n{path.name}: {r.figure()}")
-    perfetto = json.loads((tmp_path / "scheduling.json").read_text())
-    assert len(perfetto["traceEvents"]) > 100_000
+    perfetto = perfetto_trace.read((tmp_path / "scheduling.pftrace").read_bytes())
+    assert len(perfetto.slices) + len(perfetto.instants) > 100_000
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["events"]["total"] > 500_000
     assert "events past what the file's size allows" in summary["recording"]["error"]

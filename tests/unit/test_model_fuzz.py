@@ -13,6 +13,7 @@ from gmpmon.export.perfetto import PerfettoExporter
 from gmpmon.export.pprof import PprofExporter
 from gmpmon.model import Model
 from gmpmon.report import interval_line, text_report
+from tests import perfetto_trace
 from tests.unit.test_model_scenarios import header
 
 kinds = st.one_of(st.sampled_from([int(k) for k in Kind]), st.integers(0, 255))
@@ -59,7 +60,7 @@ def test_any_event_stream_is_modelled_without_error(
     assert max(len(line) for line in text_report(snap).splitlines()) <= 80
     assert len(interval_line(snap, prev)) <= 80
     ex.add(snap)
-    ex.render()
+    perfetto_trace.read(ex.render())  # a trace that reads back: every slice begun is ended
     for weight in ("wait", "count"):
         for what in ("mutex", "latency"):
             f = FoldedExporter(model.header, what=what, weight=weight)
