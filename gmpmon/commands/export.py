@@ -31,6 +31,7 @@ examples:
   gmpmon export s.gmp --format pprof -o mutex.pb.gz && go tool pprof -top mutex.pb.gz
   gmpmon export s.gmp --format pprof --what cpu -o cpu.pb.gz && go tool pprof -tags cpu.pb.gz
   gmpmon export s.gmp --format perfetto -o trace.pftrace
+  gmpmon export s.gmp --format pprof --from 10 --to 15 -o spike.pb.gz  # seconds 10-15 only
   gmpmon export s.gmp --format json -o - | jq .sched_latency_ns.p99
 """
 
@@ -61,6 +62,10 @@ def add_parser(sub: Any) -> None:
         "goroutines wait (census wait stacks); "
         "pprof: mutex (default) or cpu (on-CPU profile from perf samples)",
     )
+    p.add_argument("--from", dest="from_s", type=float, metavar="S",
+                   help="only what happened from S seconds after the recording's first event")
+    p.add_argument("--to", dest="to_s", type=float, metavar="S",
+                   help="only what happened up to S seconds after the recording's first event")
     p.set_defaults(func=run)
 
 
@@ -76,13 +81,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--what applies to --format folded and pprof, --weight to folded only")
     elif args.format == "folded" and args.what == "cpu":
         raise UsageError("--what cpu applies to --format pprof only")
+    from_s, to_s = args.from_s, args.to_s
+    if (from_s is not None and from_s < 0) or (to_s is not None and to_s <= 0) or (
+            from_s is not None and to_s is not None and from_s >= to_s):
+        raise UsageError("--from and --to are seconds after the recording's first event, "
+                         "0 <= --from < --to")
     to_stdout = args.output == "-"
     if not to_stdout:
         check_output_path(args.output)
     rec = read_recording(args.file)
     with content_checked(args.file):
         exporter = make_exporter(args.format, rec.header, what=args.what, weight=args.weight)
-        export_recording(rec, exporter)
+        span = None if from_s is None and to_s is None else (from_s or 0.0, to_s)
+        export_recording(rec, exporter, span)
     check_damage(rec)
     note = stop_note(rec)
     if note:

@@ -3,11 +3,16 @@ into one."""
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 from typing import Protocol
 
+from gmpmon.errors import UsageError
 from gmpmon.events import Batch, Header
 from gmpmon.files import open_private
+from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
+from gmpmon.model.delta import since
 from gmpmon.model.snapshot import Snapshot
 from gmpmon.record import Recording
 from gmpmon.replay import replay_all
@@ -55,9 +60,75 @@ class Exporter:
             f.write(data)
 
 
-def export_recording(rec: Recording, exporter: Exporter) -> Model:
-    """Feed the recording through a model and the exporter; returns the model."""
-    model = Model(rec.header, on_span=exporter.on_span if exporter.wants_spans else None)
-    exporter.add(replay_all(rec, model=model, on_batch=exporter.add_batch))
+def export_recording(rec: Recording, exporter: Exporter,
+                     span_s: tuple[float, float | None] | None = None) -> Model:
+    """Feed the recording through a model and the exporter; returns the model.
+
+    ``span_s`` (from, to): only what happened within those seconds after the recording's
+    first event (``export --from/--to``; replay counts its time from there too; to None:
+    the end). The model still sees every event up to the span's end, so that the state at
+    its start (which goroutine runs where, what waits) is the recording's; the exporter is
+    given the counts since the start (delta.since: the snapshot at the start taken off the
+    one at the end), the events within it and the P spans cut to it."""
+    if span_s is None:
+        model = Model(rec.header, on_span=exporter.on_span if exporter.wants_spans else None)
+        exporter.add(replay_all(rec, model=model, on_batch=exporter.add_batch))
+        exporter.recording_read(rec)
+        return model
+    lo = hi = -1
+
+    def on_span(p: int, start: int, end: int, state: int, goid: int) -> None:
+        if end > lo and start < hi:
+            exporter.on_span(p, max(start, lo), min(end, hi), state, goid)
+
+    model = Model(rec.header, on_span=on_span if exporter.wants_spans else None)
+    base: Snapshot | None = None
+    started = fed = False  # the span's start reached; events before it fed
+    last = 0
+    for batch in rec:
+        ev = batch.events
+        if not ev:
+            model.feed(batch)
+            continue
+        last = ev[-1][0]
+        if lo < 0:  # the first event: the span in ns
+            lo = ev[0][0] + round(span_s[0] * 1e9)
+            hi = ev[0][0] + round(span_s[1] * 1e9) if span_s[1] is not None else 1 << 62
+        if not started and ev[-1][0] >= lo:
+            started = True
+            cut = bisect.bisect_left(ev, lo, key=_ts)
+            if cut or fed:  # else the span starts at the first event: counts from 0
+                model.feed(Batch(ev[:cut], batch.stacks))
+                model.flush()  # all before the span applied, none held for reordering
+                base = snapshot_with_findings(model)
+                batch = Batch(ev[cut:], {})
+                ev = batch.events
+        fed = True
+        end = bisect.bisect_right(ev, hi, key=_ts)
+        part = batch if end == len(ev) else Batch(ev[:end], batch.stacks)
+        if started:
+            exporter.add_batch(part)
+        model.feed(part)
+        if end < len(ev):
+            break
+    if not started:
+        raise UsageError(f"--from {span_s[0]:g}: the recording's events end "
+                         f"{(last - lo) / 1e9 + span_s[0]:.3f} s after its first" if lo >= 0
+                         else "the recording has no event to export a span of")
+    model.flush()
+    exporter.add(_cut(since(snapshot_with_findings(model), base), lo))
     exporter.recording_read(rec)
     return model
+
+
+def _ts(e: tuple[int, ...]) -> int:
+    return e[0]
+
+
+def _cut(snap: Snapshot, lo: int) -> Snapshot:
+    """``snap`` with each P's still-open span starting no earlier than ``lo``."""
+    procs = tuple(
+        dataclasses.replace(pv, timeline=(*pv.timeline[:-1], dataclasses.replace(
+            pv.timeline[-1], start=lo))) if pv.timeline and pv.timeline[-1].start < lo else pv
+        for pv in snap.procs)
+    return dataclasses.replace(snap, procs=procs)
