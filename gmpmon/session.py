@@ -214,7 +214,8 @@ class LiveSession:
         if cs is None:
             return None
         return Cost(overhead=cs.recent_pct / 100, budget=cs.budget_pct / 100,
-                    state=f"{cs.windows} windows, {cs.cut_short} cut short",
+                    state="cold probes only" if self.capture.mode == "sample"
+                    else f"{cs.windows} windows, {cs.cut_short} cut short",
                     detail=cs.header_text())
 
     def target_started(self, load_bias: int | None = None) -> BinaryInfo:

@@ -202,7 +202,7 @@ class Capture:
         # where they cannot, that is the one error said.
         self.kernel.compile()
         try:
-            attach_cold(self.prog, self.plan.cold, governed=self.mode == "default")
+            attach_cold(self.prog, self.plan.cold, governed=self.mode != "full")
             if self.mode == "full":
                 self.prog.attach("hot", self.plan.hot)
                 self._hot_on = True
@@ -213,10 +213,7 @@ class Capture:
         if not self.defer_sampler:
             self.start_sampler()
 
-    @property
-    def hot_on(self) -> bool:
-        """The hot probes are attached right now."""
-        return self._hot_on
+    hot_on = property(lambda self: self._hot_on, doc="The hot probes are attached now.")
 
     def inputs(self) -> list[tuple[str, str, str]]:
         """(name, state, detail) of each input: what gmpmon.source.InputState reports."""
@@ -365,14 +362,15 @@ class Capture:
         next_alive = now
         cycle_start = now
         next_release = now
-        if self.mode == "default":
+        if self.mode != "full":  # sample mode: the cold probes' governor only (no window)
             self.hotctl = start_hotctl(self.prog, self.plan, self.pid, self.budget_pct,
                                        self.window_ns, self.period_ns,
                                        prior=self.runtime is not None
-                                       and self.runtime.counters is not None)
-            if self.hotctl is None:
+                                       and self.runtime.counters is not None,
+                                       cold_only=self.mode == "sample")
+            if self.hotctl is None and self.mode == "default":
                 self._hot_attach()
-            elif not self.flight:
+            elif not self.flight and self.mode == "default":
                 # The controller times the windows in its own process and stamps its facts:
                 # nothing here is due every 10 ms. A window's records (~30k/s on net/http) sit
                 # in the 16 MiB ring until the next release, as sample mode's do.
@@ -384,7 +382,7 @@ class Capture:
             if self.hotctl is not None:
                 self._window_facts(self.hotctl.poll())
                 if (why := self.hotctl.failure()) is not None:  # said at the end, as a stop
-                    self.readers.stopped("hot-window controller", CaptureError(why), (), t0)
+                    self.readers.stopped(self.hotctl.name, CaptureError(why), (), t0)
                 self._cost_event(t0)
                 if t0 >= self._next_watch:
                     self._watch_report()
@@ -519,7 +517,7 @@ class Capture:
         """Tell the controller the hot-hit rate the runtime's own counters say (watchcost.py):
         what it sizes windows with, before the first and between them."""
         rc = self.runtime.counters if self.runtime is not None else None
-        if rc is None or rc.reads < 2 or self.hotctl is None:
+        if rc is None or rc.reads < 2 or self.hotctl is None or self.hotctl.cold_only:
             return
         rates = self._prior.rates(now, rc.tracked, rc.syscalls)
         if rates is not None:
@@ -593,7 +591,8 @@ class Capture:
         stacks.update(self.go_sites.take())  # names from here and from the census thread
         stacks.update(self.kernel.take_stacks())
         if self.flight is not None:
-            out += self.flight.check(out, self.hotctl.burst if self.hotctl else None)
+            ctl = self.hotctl  # sample mode's governs the cold probes only: no burst
+            out += self.flight.check(out, ctl.burst if ctl and not ctl.cold_only else None)
         self._q.put(Batch(out, stacks))
 
 _TS = itemgetter(0)

@@ -28,6 +28,9 @@ stdin carries the JSON config (one line), then ``burst <ms> <name>``, ``watch <s
 (the hot-hit rate the runtime's own counters say, and how many Ps run: see budget.py)
 and ``quit``. On EOF of
 stdin (the parent died) it detaches and exits; its own exit closes the link in any case.
+
+In sample mode (``cold_only``) the same process runs with no hot site: it opens no window
+and takes no burst, and only governs the cold sync.Mutex probes under the budget (coldgov).
 """
 
 from __future__ import annotations
@@ -96,6 +99,9 @@ class HotConfig:
     mutex_link_fd: int = -1
     mutex_offsets: list[int] = dataclasses.field(default_factory=list)
     mutex_cookies: list[int] = dataclasses.field(default_factory=list)
+    # Sample mode: no hot site, no window, no burst; the controller governs the cold probes
+    # only (coldgov.py), under the same budget
+    cold_only: bool = False
 
 
 def target_cpu_s(pid: int) -> float:
@@ -477,7 +483,7 @@ class Controller:
             if now >= next_mutex:
                 self.mutex_period(now)
                 next_mutex += period * max(1, (now - next_mutex) // period + 1)
-            if self.link < 0 and now >= next_period:
+            if self.link < 0 and now >= next_period and not self.cfg.cold_only:
                 w = int(self.planner.next_window_s() * 1e9)
                 if w > 0 and (now - t0 >= WATCH_WAIT_NS or self.ready_to_size()):
                     self.open_window(w)
@@ -485,7 +491,9 @@ class Controller:
                     self.debug(f"no window ({w / 1e6:.1f}ms, ready {self.ready_to_size()})")
                 next_period += period * max(1, (now - next_period) // period + 1)
             wake = min(next_account, next_mutex, self._mutex_pause_at or next_mutex,
-                       next_period if self.link < 0 else min(self.planned_end, next_guard))
+                       next_account if self.cfg.cold_only
+                       else next_period if self.link < 0
+                       else min(self.planned_end, next_guard))
             timeout = max(wake - time.monotonic_ns(), 500_000) * 1e-9
             r, _, _ = select.select([inp], [], [], timeout)
             if not r:
@@ -522,7 +530,7 @@ class Controller:
             self.planner.set_prior(float(words[1]), int(words[2]) if len(words) > 2 else 0)
             self.prior_seen = True
             return True
-        if words[0] == "burst" and len(words) >= 3:
+        if words[0] == "burst" and len(words) >= 3 and not self.cfg.cold_only:
             burst_ns = int(float(words[1]) * 1e6)
             if not self.planner.allow_burst(burst_ns * 1e-9):
                 self.say(f"E burst {words[2]} refused: over the budget's horizon")

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 
 def attach_cold(prog: BpfProgram, cold: list[Site], governed: bool) -> None:
-    """Attach the cold sites; in default mode the sync.Mutex ones as a link of their own
-    ("mutex"), which the controller takes over and may pause (coldgov.py)."""
+    """Attach the cold sites; in default and sample modes the sync.Mutex ones as a link of
+    their own ("mutex"), which the controller takes over and may pause (coldgov.py)."""
     mutex = [s for s in cold if s.probe.handler in MUTEX_HANDLERS] if governed else []
     prog.attach("cold", [s for s in cold if s not in mutex])
     prog.attach("mutex", mutex)
@@ -85,6 +85,9 @@ class HotControl:
         self.errors: list[str] = []
         self._failed = False  # failure() said so
         self._stopping = False  # stop() asked it to exit
+        self.cold_only = cfg.cold_only  # sample mode: the cold probes' governor, no window
+        self.name = "cold-probe governor" if cfg.cold_only else "hot-window controller"
+        self._held_mutex = bool(cfg.mutex_offsets)  # its exit detached the sync.Mutex sites
 
     def poll(self) -> list[WindowFact]:
         """Window facts since the last call (in order); updates status and errors."""
@@ -150,7 +153,10 @@ class HotControl:
             return None
         self._failed = True
         why = self.errors[0] if self.errors else f"exited with status {self.proc.returncode}"
-        return f"{why}; no hot window opens from here on"
+        lost = ["no hot window opens"] if not self.cold_only else []
+        if self._held_mutex:  # the sites' link was its own: its exit closed it
+            lost.append("no sync.Mutex contention is traced")
+        return f"{why}; {' and '.join(lost)} from here on"
 
     def stop(self, timeout: float = 2.0) -> list[WindowFact]:
         """Ask it to detach and exit; kill it (it is our child) if it does not in time."""
@@ -172,22 +178,30 @@ class HotControl:
 
 
 def start_hotctl(prog: BpfProgram, plan: ProbePlan, pid: int, budget_pct: float,
-                 window_ns: int, period_ns: int, prior: bool = False) -> HotControl | None:
+                 window_ns: int, period_ns: int, prior: bool = False,
+                 cold_only: bool = False) -> HotControl | None:
     """The controller for default mode; None where it cannot run (no uprobe_multi links:
     capture then keeps the old in-thread duty cycle, and the sync.Mutex sites stay linked).
-    It takes over the sync.Mutex sites' link: this process closes its own copy."""
+    It takes over the sync.Mutex sites' link: this process closes its own copy.
+
+    ``cold_only`` (sample mode): the same controller with no hot site and no window, which
+    governs the cold sync.Mutex probes under the budget (coldgov.py); None where there is
+    nothing to govern (no sync.Mutex site) or no uprobe_multi link to pause."""
     from gmpmon.capture.bpfprog import uprobe_multi_supported
 
-    sites = plan.hot
-    if not sites or not uprobe_multi_supported():
+    sites = [] if cold_only else plan.hot
+    if (not sites and not cold_only) or not uprobe_multi_supported():
         return None
     if os.environ.get("GMPMON_NO_HOTCTL", "") not in ("", "0"):
         return None
     mutex = [s for s in plan.cold if s.probe.handler in MUTEX_HANDLERS]
     if prog.link_fd("mutex") < 0:
         mutex = []
-    ctl = HotControl(config_for(prog, sites, pid, budget_pct, window_ns, period_ns, prior,
-                                mutex))
+    if cold_only and not mutex:
+        return None
+    cfg = config_for(prog, sites, pid, budget_pct, window_ns, period_ns, prior, mutex)
+    cfg.cold_only = cold_only
+    ctl = HotControl(cfg)
     if mutex:
         prog.detach("mutex")  # the controller holds the link now (its copy of the fd)
     return ctl

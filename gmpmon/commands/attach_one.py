@@ -60,10 +60,11 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--budget", type=float, default=1.0, metavar="PCT",
-        help="default mode: keep what the probes cost the target (their traps, and "
-        "gmpmon's CPU for their records on a busy host) within PCT%% of its CPU time; windows "
-        "are sized (down to none) to fit, and the cold sync.Mutex probes trace 1 contention "
-        "in N (and pause) while they cost more than a quarter of it (default: %(default)s)",
+        help="default and sample modes: keep what the probes cost the target (their traps, "
+        "and gmpmon's CPU for their records on a busy host) within PCT%% of its CPU time; "
+        "default mode's windows are sized (down to none) to fit, and in both modes the cold "
+        "sync.Mutex probes trace 1 contention in N (and pause) while they cost more than a "
+        "quarter of it (default: %(default)s)",
     )
     p.add_argument(
         "--trigger", action="append", default=[], metavar="COND",

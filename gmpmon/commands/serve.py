@@ -70,9 +70,10 @@ def add_parser(sub: Any) -> None:
                    help="none (default): no probe, nothing but memory and /proc reads; "
                    "sample|default|full: also attach's probes of that mode on every target "
                    "(docs/modes.md), which add gmpmon_handoffs_total; default mode's hot "
-                   "probes are held to --budget")
+                   "probes and the cold sync.Mutex probes (sample and default) are held to "
+                   "--budget")
     p.add_argument("--budget", type=float, default=1.0, metavar="PCT",
-                   help="--mode default: what the probes may cost each target, in percent "
+                   help="--mode default|sample: what the probes may cost each target, in percent "
                    "of its own CPU time (default 1)")
     p.add_argument("--findings-window", type=float, default=WINDOW_S, metavar="S",
                    help="gmpmon_findings{id,severity} look at the last S/2 to S seconds of "
@@ -139,8 +140,8 @@ def run(args: argparse.Namespace) -> int:
                 f"Go processes matching {args.match!r}" if match else
                 f"{len(fleet.watches)} process(es)")
         how = "no probes" if args.mode == "none" else (
-            f"{args.mode} mode probes, budget {args.budget:g}%" if args.mode == "default"
-            else f"{args.mode} mode probes")
+            f"{args.mode} mode probes, budget {args.budget:g}%"
+            if args.mode in ("default", "sample") else f"{args.mode} mode probes")
         print(f"Serving scheduler metrics of {what} on http://{host}:{server.server_port}"
               f"/metrics ({how})... Ctrl-C to end.", flush=True)
         while not stop.wait(0.5):

@@ -235,12 +235,15 @@ def test_duty_cycle_measured_by_the_probes_own_hits(tmp_path: Path) -> None:
 
 
 @pytest.mark.bpf
-def test_default_mode_cuts_back_the_cold_mutex_probes_and_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["default", "sample"])
+def test_the_cold_mutex_probes_are_cut_back_and_it_is_said(tmp_path: Path, mode: str) -> None:
     """lockhot contends on one sync.Mutex ~50k times a second: with every contention traced
     the cold probes alone cost the target ~10x the budget. Default mode cuts them back (1 in
     N traced, the sites linked part of the time) and says so in the summary, the report and
     the recording (a replay says the same). The waits traced 1 in N, each counted N times,
-    add up to the lockSlow entries the probes counted while linked (an estimate)."""
+    add up to the lockSlow entries the probes counted while linked (an estimate). Sample
+    mode has no hot window but the same cold probes: its controller governs them alone,
+    under the same budget, and says the same."""
     from gmpmon.events import Counter, LockKind
     from gmpmon.probetable import HANDLERS
     from tests.gotargets import build
@@ -249,7 +252,7 @@ def test_default_mode_cuts_back_the_cold_mutex_probes_and_says_so(tmp_path: Path
     exe.write_bytes(build("lockhot", "1.22").read_bytes())
     exe.chmod(0o755)
     rec, summary = tmp_path / "r.gmp", tmp_path / "s.json"
-    p = subprocess.run([*GM, "run", "--mode", "default", "--no-tui", "--record", str(rec),
+    p = subprocess.run([*GM, "run", "--mode", mode, "--no-tui", "--record", str(rec),
                         "--summary-json", str(summary), "--", str(exe), "-t", "4s"],
                        capture_output=True, text=True, timeout=TIMEOUT, env=env(GOMAXPROCS="2"))
     assert p.returncode == 0, p.stderr[-2000:]
@@ -289,6 +292,8 @@ def test_default_mode_cuts_back_the_cold_mutex_probes_and_says_so(tmp_path: Path
     replayed = json.loads(out.read_text())
     assert replayed["cost"]["cut_back"] == cut
     assert replayed["mutex"] == mu
+    if mode == "sample":  # its controller governs the cold probes and opens no window
+        assert s["cost"]["windows"] == 0 and s["mode"] == "sample", s["cost"]
 
 
 @pytest.mark.bpf
