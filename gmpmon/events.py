@@ -84,6 +84,12 @@ COUNTER            A delta of an in-kernel aggregate: g = :class:`Counter` table
                    p = P (or NO_P), a0 = key within the table, a1 = delta to add.
 LOST               a0 = records dropped in the kernel since the previous LOST (ring buffer
                    full), a1 = 0.
+MUTEX_ROWS         Lock/semaphore waits summed in the kernel since the previous read (the
+                   `wait_rows` hash, ``gmpmon/capture/waitrows.py``): m = wait kind
+                   (:class:`LockKind`), g = lock address, a0 = their total wait ns,
+                   a1 = stack id into ``Batch.stacks`` | (how many waits << 32). The same
+                   waits as that many MUTEX_ADDR + MUTEX pairs; a wait whose row did not fit
+                   comes as the pair.
 WINDOW             Hot probes attached (a0=1) or detached (a0=0): delimits the windows in
                    which timeline events are complete (``default`` mode's duty cycle).
                    a1 = the window's planned length ns (a0=1; 0 if not planned), or how
@@ -235,6 +241,7 @@ class Kind(IntEnum):
     COUNTER = 34
     LOST = 35
     WINDOW = 36
+    MUTEX_ROWS = 37
     WAKE = 90
     RT_HIST = 40
     RT_SCHED = 41

@@ -537,6 +537,7 @@ class Capture:
         ev = self._pending
         for table, p, key, delta in self.prog.counter_deltas():
             ev.append((now, Kind.COUNTER, p, 0, table, key, delta))
+        self._mutex_stacks.read_rows(now, ev, self.prog, self.info)  # waits summed in-kernel
         for probe, delta in self.prog.hit_deltas():
             ev.append((now, Kind.COUNTER, -1, 0, Counter.PROBE_HITS, probe, delta))
             self._hits_total += delta

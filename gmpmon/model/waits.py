@@ -2,7 +2,8 @@
 RWMutex, WaitGroup, ...), by kind, by stack and (sync.Mutex) by lock address.
 
 Each wait arrives as MUTEX_ADDR (which lock, which LockKind) then MUTEX (how long, from
-which stack) for the same goroutine.
+which stack) for the same goroutine, or summed in the kernel with the others of its lock,
+stack and kind: a MUTEX_ROWS row (capture/waitrows.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Waits(Part):
         return (
             (Kind.MUTEX_ADDR, self.on_mutex_addr),
             (Kind.MUTEX, self.on_mutex),
+            (Kind.MUTEX_ROWS, self.on_mutex_rows),
             (Kind.GO_EXIT, self.on_go_exit),
         )
 
@@ -63,6 +65,19 @@ class Waits(Part):
         add_row(self.by_stack, a1, 1, a0)
         if addr >= 0:
             add_row(self.by_addr_stack, (addr, a1), 1, a0)
+
+    def on_mutex_rows(self, e: EventTuple) -> None:
+        """Waits summed in the kernel: as many MUTEX_ADDR + MUTEX pairs, added at once."""
+        _ts, _, _p, kind, addr, ns, a1 = e
+        n, sid = a1 >> 32, a1 & 0xFFFFFFFF
+        add_row(self.by_kind, kind, n, ns)
+        if kind != LOCK_MUTEX:
+            add_row(self.other_by_stack, (kind, sid), n, ns)
+            return
+        self.mutex_contentions += n
+        self.mutex_wait_ns += ns
+        add_row(self.by_stack, sid, n, ns)
+        add_row(self.by_addr_stack, (addr, sid), n, ns)
 
     def _by_addr(self, top: int = 8) -> tuple[dict[int, list[int]], dict[int, tuple[str, ...]]]:
         """sync.Mutex waits by lock address ([n, ns]), and the stack with the most wait on
