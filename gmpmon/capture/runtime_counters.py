@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import compress
+from operator import gt
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.targetmem import (
@@ -32,6 +34,8 @@ from gmpmon.capture.targetmem import (
 )
 from gmpmon.errors import TargetMemoryError
 from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal
+
+_RT_HIST = int(Kind.RT_HIST)
 
 _I = struct.Struct("<I")
 _i = struct.Struct("<i")
@@ -334,8 +338,13 @@ class RuntimeCounters:
             self._last_hist[hh.kind] = vals
             if prev is None:
                 continue
-            for i, (a, b) in enumerate(zip(vals, prev, strict=True)):
-                if a > b:
-                    out.append((now, Kind.RT_HIST, NO_P, hh.n, hh.kind, i, a - b))
-                    if hh.kind == RtHist.TIME_TO_RUN:
-                        self.tracked += a - b
+            # The buckets that grew, found by a C-level scan: 722 buckets on Go 1.19, read
+            # ten times a second, of which a few dozen move.
+            grew = list(compress(range(len(vals)), map(gt, vals, prev)))
+            if not grew:
+                continue
+            k, n = hh.kind, hh.n
+            deltas = [vals[i] - prev[i] for i in grew]
+            out += [(now, _RT_HIST, NO_P, n, k, i, d) for i, d in zip(grew, deltas, strict=True)]
+            if k == RtHist.TIME_TO_RUN:
+                self.tracked += sum(deltas)
