@@ -85,8 +85,8 @@ COUNTER            A delta of an in-kernel aggregate: g = :class:`Counter` table
 LOST               a0 = records dropped in the kernel since the previous LOST (ring buffer
                    full), a1 = 0.
 MUTEX_ROWS         Lock/semaphore waits summed in the kernel since the previous read (the
-                   `wait_rows` hash, ``gmpmon/capture/waitrows.py``): m = wait kind
-                   (:class:`LockKind`), g = lock address, a0 = their total wait ns,
+                   `wait_rows` hash, ``gmpmon/capture/waitrows.py``): m = as MUTEX_ADDR's a1
+                   (the wait kind, :class:`LockKind`), g = lock address, a0 = their total wait ns,
                    a1 = stack id into ``Batch.stacks`` | (how many waits << 32). The same
                    waits as that many MUTEX_ADDR + MUTEX pairs; a wait whose row did not fit
                    comes as the pair.
