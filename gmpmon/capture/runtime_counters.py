@@ -10,10 +10,11 @@ Every P in ``allp`` has ``schedtick`` and ``syscalltick``: their deltas are goro
 scheduled and syscalls made on that P.
 
 One pread covers the part of ``runtime.sched`` that is read, one more ``allp``, one each P.
-Histograms are sent as bucket deltas (RT_HIST), cumulative totals as deltas (RT_TOTAL), so a
-recording adds up to the same numbers. The first read is the baseline: numbers are "since
-attach". Layouts: ``runtime/histogram.go`` at each tag (1.19: 45x16 buckets and an underflow;
-1.21+: 40x4 buckets, underflow and overflow); offsets from DWARF or the per-version table.
+Histograms are sent as bucket deltas (RT_HISTS, four to an event), cumulative totals as
+deltas (RT_TOTAL), so a recording adds up to the same numbers. The first read is the
+baseline: numbers are "since attach". Layouts: ``runtime/histogram.go`` at each tag (1.19:
+45x16 buckets and an underflow; 1.21+: 40x4 buckets, underflow and overflow); offsets from
+DWARF or the per-version table.
 """
 
 from __future__ import annotations
@@ -33,9 +34,7 @@ from gmpmon.capture.targetmem import (
     check_count,
 )
 from gmpmon.errors import TargetMemoryError
-from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal
-
-_RT_HIST = int(Kind.RT_HIST)
+from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal, pack_hist
 
 _I = struct.Struct("<I")
 _i = struct.Struct("<i")
@@ -343,8 +342,7 @@ class RuntimeCounters:
             grew = list(compress(range(len(vals)), map(gt, vals, prev)))
             if not grew:
                 continue
-            k, n = hh.kind, hh.n
             deltas = [vals[i] - prev[i] for i in grew]
-            out += [(now, _RT_HIST, NO_P, n, k, i, d) for i, d in zip(grew, deltas, strict=True)]
-            if k == RtHist.TIME_TO_RUN:
+            pack_hist(now, hh.n, hh.kind, grew, deltas, out)  # four to an event
+            if hh.kind == RtHist.TIME_TO_RUN:
                 self.tracked += sum(deltas)
