@@ -61,7 +61,7 @@ COUNTERS_MAX = 20480  # keys of the `counters` hash: 64 Ps x 256 latency buckets
 
 # Rows of the `wait_rows` hash: (lock address, stack, lock kind) of finished waits, summed in
 # the kernel (gmpmon/capture/waitrows.py). A wait that finds it full goes to the ring.
-WAIT_ROWS_MAX = 8192
+WAIT_ROWS_MAX = 1024
 
 
 def wait_rows_max() -> int:
