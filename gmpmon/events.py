@@ -85,6 +85,12 @@ COUNTER            A delta of an in-kernel aggregate: g = :class:`Counter` table
                    p = P (or NO_P), a0 = key within the table, a1 = delta to add.
 LOST               a0 = records dropped in the kernel since the previous LOST (ring buffer
                    full), a1 = 0.
+MUTEX_ROWS         Lock/semaphore waits summed in the kernel since the previous read (the
+                   `wait_rows` hash, ``gmpmon/capture/waitrows.py``): m = as MUTEX_ADDR's a1
+                   (the wait kind, :class:`LockKind`), g = lock address, a0 = their total wait ns,
+                   a1 = stack id into ``Batch.stacks`` | (how many waits << 32). The same
+                   waits as that many MUTEX_ADDR + MUTEX pairs; a wait whose row did not fit
+                   comes as the pair.
 WINDOW             Hot probes attached (a0=1) or detached (a0=0): delimits the windows in
                    which timeline events are complete (``default`` mode's duty cycle).
                    a1 = the window's planned length ns (a0=1; 0 if not planned), or how
@@ -129,6 +135,11 @@ RT_HIST            Delta of one bucket of a runtime ``timeHistogram``: g = :clas
                    m = the histogram's number of counting buckets n (720 on 1.19, 160 on
                    1.21+), a0 = bucket index in the runtime/metrics layout (0 = underflow,
                    1..n = ``counts[a0-1]``, n+1 = overflow), a1 = count added.
+RT_HISTS           Deltas of up to four buckets of one histogram, as that many RT_HIST:
+                   g and m as RT_HIST's, a0 = b1 | b2 << 32, a1 = b3 | b4 << 32, each
+                   b = bucket index | count added << 10 (0: none; a bucket that does not
+                   fit comes as an RT_HIST). Under load ~190 of Go 1.19's 722 buckets move
+                   at a read (:func:`pack_hist`, :func:`hist_buckets`).
 RT_SCHED           Gauges of ``runtime.sched``: g = goroutines as ``gcount()`` computes them
                    (``runtime.NumGoroutine``; 0 if unknown), a0 = ``allglen`` | (global runq
                    length << 32), a1 = ``npidle`` | (``nmspinning`` << 16) | (``gcwaiting``
@@ -245,6 +256,7 @@ class Kind(IntEnum):
     COUNTER = 34
     LOST = 35
     WINDOW = 36
+    MUTEX_ROWS = 37
     WAKE = 90
     RT_HIST = 40
     RT_SCHED = 41
@@ -252,6 +264,7 @@ class Kind(IntEnum):
     RT_PTICK = 43
     RT_MISSING = 44
     RT_SKIPPED = 45
+    RT_HISTS = 46
     RT_GC = 47
     CENSUS_BEGIN = 50
     CENSUS_STATE = 51
@@ -562,3 +575,33 @@ class Header:
 
 
 COST_WATCH_SHIFT = 20  # COST's m: budget (m.p.c.) in the low 20 bits, watcher µs above
+
+
+_HIST_COUNT_MAX = 1 << 22  # RT_HISTS' count per bucket: 22 bits (the index takes 10)
+
+
+def pack_hist(now: int, n: int, kind: int, idx: list[int], counts: list[int],
+              out: list[EventTuple]) -> None:
+    """Append the bucket deltas (``idx``, ``counts``: index in RT_HIST's a0 layout, count
+    added) of histogram ``kind`` with ``n`` counting buckets, four to an RT_HISTS event; one
+    that does not fit in its 32 bits (an index of 1024 or more, a count of 2^22) as an
+    RT_HIST."""
+    fits = [0 < c < _HIST_COUNT_MAX and 0 <= i < 1024 for i, c in zip(idx, counts, strict=True)]
+    bs = [i | c << 10 for i, c, f in zip(idx, counts, fits, strict=True) if f]
+    if len(bs) < len(idx):
+        out += [(now, _RT_HIST, NO_P, n, kind, i, c)
+                for i, c, f in zip(idx, counts, fits, strict=True) if not f]
+    bs += [0] * (-len(bs) % 4)
+    out += [(now, _RT_HISTS, NO_P, n, kind, bs[j] | bs[j + 1] << 32, bs[j + 2] | bs[j + 3] << 32)
+            for j in range(0, len(bs), 4)]
+
+
+def hist_buckets(e: EventTuple) -> list[tuple[int, int]]:
+    """(bucket index, count added) of an RT_HIST or RT_HISTS event."""
+    if e[1] == _RT_HIST:
+        return [(e[5], e[6])]
+    return [(b & 0x3FF, b >> 10) for b in (e[5] & 0xFFFFFFFF, e[5] >> 32,
+                                           e[6] & 0xFFFFFFFF, e[6] >> 32) if b]
+
+
+_RT_HIST, _RT_HISTS = int(Kind.RT_HIST), int(Kind.RT_HISTS)

@@ -59,6 +59,18 @@ COUNTERS_MAX = 20480  # keys of the `counters` hash: 64 Ps x 256 latency buckets
 # per-P totals (starts, syscalls, hand-offs: ~5 keys a P) and the per-reason ones
 
 
+# Rows of the `wait_rows` hash: (lock address, stack, lock kind) of finished waits, summed in
+# the kernel (gmpmon/capture/waitrows.py). A wait that finds it full goes to the ring.
+WAIT_ROWS_MAX = 1024
+
+
+def wait_rows_max() -> int:
+    """The `wait_rows` hash size. GMPMON_WAIT_ROWS_MAX makes it smaller, so that a test can
+    fill it and see the waits that do not fit come as ring records."""
+    v = os.environ.get("GMPMON_WAIT_ROWS_MAX", "")
+    return int(v) if v.isdigit() and 0 < int(v) <= WAIT_ROWS_MAX else WAIT_ROWS_MAX
+
+
 def counters_max() -> int:
     """The `counters` hash size. GMPMON_COUNTERS_MAX makes it smaller, so that a test can
     fill it on a small target and see every refused update counted."""
@@ -156,6 +168,7 @@ def cflags(info: BinaryInfo, tgid: int, plan: ProbePlan | None = None,
         "TGID": tgid,
         "RINGBUF_PAGES": ring_pages,
         "COUNTERS_MAX": counters_max(),
+        "WAIT_ROWS_MAX": wait_rows_max(),
         "G_M": _off(info, "runtime.g.m"),
         "G_GOID": _off(info, "runtime.g.goid"),
         "G_WAITREASON": _off(info, "runtime.g.waitreason"),

@@ -184,6 +184,48 @@ class U64Hash:
             in_batch.value = ct.addressof(self._token)
 
 
+class RawHash:
+    """Every (key, value) of a BPF_HASH as raw bytes (fixed sizes), by BPF_MAP_LOOKUP_BATCH
+    into buffers kept between calls, as U64Hash: the `wait_rows` hash of struct keys.
+    Raises OSError where the kernel has no batch ops for the map."""
+
+    CHUNK = 256
+
+    def __init__(self, map_fd: int, key_size: int, value_size: int) -> None:
+        self.key_size, self.value_size = key_size, value_size
+        self._keys = ct.create_string_buffer(key_size * self.CHUNK)
+        self._vals = ct.create_string_buffer(value_size * self.CHUNK)
+        self._token = (ct.c_uint64 * 2)()
+        self._attr = ct.create_string_buffer(ATTR_SIZE)
+        ct.c_uint64.from_buffer(self._attr, 16).value = ct.addressof(self._keys)
+        ct.c_uint64.from_buffer(self._attr, 24).value = ct.addressof(self._vals)
+        ct.c_uint32.from_buffer(self._attr, 36).value = map_fd
+
+    def items(self) -> tuple[bytes, bytes]:
+        """(keys, values), each the rows' bytes end to end, in the kernel's bucket order."""
+        keys: list[bytes] = []
+        vals: list[bytes] = []
+        attr = self._attr
+        in_batch = ct.c_uint64.from_buffer(attr, 0)
+        count = ct.c_uint32.from_buffer(attr, 32)
+        in_batch.value = 0
+        ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(self._token) + 8
+        while True:
+            count.value = self.CHUNK
+            r = int(_libc.syscall(SYS_BPF, BPF_MAP_LOOKUP_BATCH, attr, ATTR_SIZE))
+            err = ct.get_errno() if r < 0 else 0
+            n = count.value
+            if n:
+                keys.append(self._keys.raw[: n * self.key_size])
+                vals.append(self._vals.raw[: n * self.value_size])
+            if r < 0:
+                if err == errno.ENOENT:
+                    return b"".join(keys), b"".join(vals)
+                raise OSError(err, f"bpf(BPF_MAP_LOOKUP_BATCH): {os.strerror(err)}")
+            self._token[0] = self._token[1]
+            in_batch.value = ct.addressof(self._token)
+
+
 class StackMap:
     """Lookups in a BPF_STACK_TRACE map: the pcs of one stack id, leaf first (BCC's walk
     goes through a Python generator and a ctypes access per frame: ~40 µs a stack)."""

@@ -69,14 +69,14 @@ COUNTER_SAMPLE_NS = 200_000_000
 # Records of different CPUs reach the ring buffer a few µs out of timestamp order; a record
 # is released once it is this much older than the newest poll.
 REORDER_NS = 3_000_000
-# Sample mode hands the model a batch every 50 ms, not every poll: its ~25 records per poll
-# made the model thread wake, take the GIL, feed, record and wait again 100 times a second
-# (a handoff cost a few % of gmpmon's CPU for nothing: the model orders by timestamp and a
-# snapshot is taken every 250 ms). Default mode does the same when its windows are timed by
-# the controller process (hotctl); full mode, the in-thread duty cycle and triggers (they
-# watch the released records) keep releasing at every 10-ms poll. The rings are read when a
-# batch is released.
-RELEASE_SAMPLE_NS = 50_000_000
+# Sample mode hands the model a batch every 100 ms, not every poll: the model thread woke,
+# took the GIL, fed, recorded and waited again 100 times a second (the model orders by
+# timestamp, a snapshot is taken every 250 ms); at 50 ms a batch's fixed part (ring reads,
+# release, queue, feed, frame: ~0.4 ms) was ~0.3% of a core on Prometheus. Default mode does
+# the same when its windows are timed by the controller process (hotctl); full mode, the
+# in-thread duty cycle and triggers (they watch the released records) keep releasing at
+# every 10-ms poll. The rings are read when a batch is released.
+RELEASE_SAMPLE_NS = 100_000_000
 # Default mode: how often gmpmon's own CPU per probe hit goes to the budget (hotctl).
 WATCH_NS = 250_000_000
 U64 = (1 << 64) - 1
@@ -537,6 +537,7 @@ class Capture:
         ev = self._pending
         for table, p, key, delta in self.prog.counter_deltas():
             ev.append((now, Kind.COUNTER, p, 0, table, key, delta))
+        self._mutex_stacks.read_rows(now, ev, self.prog, self.info)  # waits summed in-kernel
         for probe, delta in self.prog.hit_deltas():
             ev.append((now, Kind.COUNTER, -1, 0, Counter.PROBE_HITS, probe, delta))
             self._hits_total += delta

@@ -49,6 +49,7 @@ RINGBUF_PAGES = 256  # 1 MiB: ~18k samples, ~9 s of 2 busy CPUs at 999 Hz
 FLAG_A1_PC = 1  # probes/samples.bpf.c: no stack id, a1 is the user pc
 CACHE_MAX = 65536  # entries per stack cache (the kernel map holds 16,384 stacks)
 NAMES_MAX = 1 << 18  # memoized pc lookups (bounded by the program's text in practice)
+ABOVE_MAX = 4096  # memoized callers' frames (~1.5 KB each at 30 frames: ~6 MB at most)
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_CPU_CLOCK = 0
 _CPU_SAMPLE = int(Kind.CPU_SAMPLE)
@@ -105,6 +106,7 @@ class PerfSampler:
         # it): a net/http server's samples bring ~120 new kernel stacks a second, each
         # walked, symbolized frame by frame and checked for a frameless leaf.
         self._names: dict[int, str | None] = {}  # looked-up address -> function name
+        self._above: dict[tuple[int, ...], tuple[str, ...]] = {}  # callers' pcs -> frames
         self._calls: dict[tuple[int, int], bool] = {}  # (return address, leaf fn) -> CALL?
         self._smap: StackMap | None = None
         self._own = True
@@ -311,17 +313,24 @@ class PerfSampler:
             return []
 
     def _symbolize(self, pcs: list[int]) -> tuple[str, ...]:
-        bias = self.info.load_bias
+        """Root first. The callers' part (every pc but the leaf, return addresses) is
+        memoized: the leaf pc is new at most samples, the frames above it seldom are."""
+        rest = tuple(pcs[1:])
+        above = self._above.get(rest)
+        if above is None:
+            above = tuple(reversed([self._name(pc, 1) for pc in rest]))
+            if len(self._above) < ABOVE_MAX:
+                self._above[rest] = above
+        return (*above, self._name(pcs[0], 0)) if pcs else ()
+
+    def _name(self, pc: int, back: int) -> str:
+        # Return addresses point after the CALL: look up pc-1 to stay inside the caller.
+        addr = pc - self.info.load_bias - back
         names = self._names
-        frames = []
-        for i, pc in enumerate(pcs):
-            # Return addresses point after the CALL: look up pc-1 to stay inside the caller.
-            addr = pc - bias - (1 if i else 0)
-            if addr in names:
-                name = names[addr]
-            else:
-                name = self.info.functab.lookup(addr)
-                if len(names) < NAMES_MAX:
-                    names[addr] = name
-            frames.append(name if name else f"[unknown {pc:#x}]")
-        return tuple(reversed(frames))
+        if addr in names:
+            name = names[addr]
+        else:
+            name = self.info.functab.lookup(addr)
+            if len(names) < NAMES_MAX:
+                names[addr] = name
+        return name if name else f"[unknown {pc:#x}]"

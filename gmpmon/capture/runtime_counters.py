@@ -10,16 +10,19 @@ Every P in ``allp`` has ``schedtick`` and ``syscalltick``: their deltas are goro
 scheduled and syscalls made on that P.
 
 One pread covers the part of ``runtime.sched`` that is read, one more ``allp``, one each P.
-Histograms are sent as bucket deltas (RT_HIST), cumulative totals as deltas (RT_TOTAL), so a
-recording adds up to the same numbers. The first read is the baseline: numbers are "since
-attach". Layouts: ``runtime/histogram.go`` at each tag (1.19: 45x16 buckets and an underflow;
-1.21+: 40x4 buckets, underflow and overflow); offsets from DWARF or the per-version table.
+Histograms are sent as bucket deltas (RT_HISTS, four to an event), cumulative totals as
+deltas (RT_TOTAL), so a recording adds up to the same numbers. The first read is the
+baseline: numbers are "since attach". Layouts: ``runtime/histogram.go`` at each tag (1.19:
+45x16 buckets and an underflow; 1.21+: 40x4 buckets, underflow and overflow); offsets from
+DWARF or the per-version table.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import compress
+from operator import gt
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.targetmem import (
@@ -31,7 +34,7 @@ from gmpmon.capture.targetmem import (
     check_count,
 )
 from gmpmon.errors import TargetMemoryError
-from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal
+from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal, pack_hist
 
 _I = struct.Struct("<I")
 _i = struct.Struct("<i")
@@ -334,8 +337,12 @@ class RuntimeCounters:
             self._last_hist[hh.kind] = vals
             if prev is None:
                 continue
-            for i, (a, b) in enumerate(zip(vals, prev, strict=True)):
-                if a > b:
-                    out.append((now, Kind.RT_HIST, NO_P, hh.n, hh.kind, i, a - b))
-                    if hh.kind == RtHist.TIME_TO_RUN:
-                        self.tracked += a - b
+            # The buckets that grew, found by a C-level scan: 722 buckets on Go 1.19, read
+            # ten times a second, of which a few dozen move.
+            grew = list(compress(range(len(vals)), map(gt, vals, prev)))
+            if not grew:
+                continue
+            deltas = [vals[i] - prev[i] for i in grew]
+            pack_hist(now, hh.n, hh.kind, grew, deltas, out)  # four to an event
+            if hh.kind == RtHist.TIME_TO_RUN:
+                self.tracked += sum(deltas)

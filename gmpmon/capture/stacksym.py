@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from gmpmon.binary.info import BinaryInfo
 from gmpmon.capture.gosites import GoSites
+from gmpmon.capture.waitrows import WaitRows
 from gmpmon.events import MISSED_STACK, EventTuple, Kind, unknown_frame
 
 if TYPE_CHECKING:
@@ -35,27 +36,39 @@ def fix_go_sites(go_sites: GoSites, events: list[EventTuple], kinds: list[int]) 
 class MutexStacks:
     def __init__(self) -> None:
         self._ids: dict[int, int] = {}
+        self._new: dict[int, tuple[str, ...]] = {}  # defined since the last fix()
+        self._rows: WaitRows | None = None
 
     def fix(self, events: list[EventTuple], kinds: list[int], prog: BpfProgram | None,
             info: BinaryInfo) -> dict[int, tuple[str, ...]]:
         """MUTEX records carry (caller pc << 16 | kernel stack id): give each distinct pair a
-        small stack id and symbolize it once, root first. Returns the new stacks. ``info`` is
-        the capture's now: `run` of a PIE learns its load bias after the exec."""
-        new: dict[int, tuple[str, ...]] = {}
-        if _MUTEX not in kinds:
-            return new
-        for i, k in enumerate(kinds):
-            if k != _MUTEX:
-                continue
-            e = events[i]
-            word = e[6]
-            sid = self._ids.get(word)
-            if sid is None:
-                sid = len(self._ids) + 1
-                self._ids[word] = sid
-                new[sid] = self.symbolize(word, prog, info)
-            events[i] = (e[0], e[1], e[2], e[3], e[4], e[5], sid)
+        small stack id and symbolize it once, root first. Returns the new stacks (those of
+        the rows read since the last call too). ``info`` is the capture's now: `run` of a
+        PIE learns its load bias after the exec."""
+        if _MUTEX in kinds:
+            for i in compress(range(len(kinds)), map(_MUTEX.__eq__, kinds)):
+                e = events[i]
+                events[i] = (e[0], e[1], e[2], e[3], e[4], e[5], self.sid(e[6], prog, info))
+        new, self._new = self._new, {}
         return new
+
+    def sid(self, word: int, prog: BpfProgram | None, info: BinaryInfo) -> int:
+        """The small stack id of a (caller pc << 16 | kernel stack id) word; a new one is
+        symbolized and handed on by the next fix()."""
+        sid = self._ids.get(word)
+        if sid is None:
+            sid = len(self._ids) + 1
+            self._ids[word] = sid
+            self._new[sid] = self.symbolize(word, prog, info)
+        return sid
+
+    def read_rows(self, now: int, out: list[EventTuple], prog: BpfProgram,
+                  info: BinaryInfo) -> None:
+        """MUTEX_ROWS events for the rows of the kernel's `wait_rows` hash that grew since
+        the last call (their stacks handed on by the next fix())."""
+        if self._rows is None:
+            self._rows = WaitRows(prog.bpf[b"wait_rows"])
+        self._rows.read(now, out, lambda word: self.sid(word, prog, info))
 
     def symbolize(self, word: int, prog: BpfProgram | None, info: BinaryInfo
                   ) -> tuple[str, ...]:

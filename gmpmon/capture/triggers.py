@@ -6,7 +6,7 @@ Go 1.25's ``trace.FlightRecorder`` needs code in the program; these need none. C
 
 =========================  ==================================================================
 ``latency.p99>5ms``        the runtime's own scheduling-latency histogram (``sched.timeToRun``,
-                           RT_HIST deltas) over the last second: its p99 above the threshold
+                           RT_HIST(S) deltas) over the last second: its p99 above the threshold
 ``runq>256``               runnable goroutines queued: global run queue (RT_SCHED, or the
                            sampler's SCHED_SAMPLE) plus every P's local queue (P_SAMPLE)
 ``stw>10ms``               a stop-the-world pause longer than that (the cold STW probes, and the
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from gmpmon.errors import UsageError
-from gmpmon.events import EventTuple, Kind, RtHist
+from gmpmon.events import EventTuple, Kind, RtHist, hist_buckets
 
 COOLDOWN_S = 10.0
 LATENCY_WINDOW_NS = 1_000_000_000
@@ -38,11 +38,12 @@ LATENCY_MIN_SAMPLES = 20  # a p99 of fewer samples is noise
 GROWTH_WINDOW_NS = 1_000_000_000
 MANUAL = ("sigusr1", "key")
 
-_K_RT_HIST, _K_RT_SCHED = int(Kind.RT_HIST), int(Kind.RT_SCHED)
+_K_RT_HIST, _K_RT_HISTS, _K_RT_SCHED = int(Kind.RT_HIST), int(Kind.RT_HISTS), int(Kind.RT_SCHED)
 _K_P_SAMPLE, _K_SCHED_SAMPLE, _K_STW_END = (
     int(Kind.P_SAMPLE), int(Kind.SCHED_SAMPLE), int(Kind.STW_END))
 _STW_HISTS = (int(RtHist.STW_TOTAL_GC), int(RtHist.STW_TOTAL_OTHER))
-_READS = frozenset((_K_RT_HIST, _K_RT_SCHED, _K_P_SAMPLE, _K_SCHED_SAMPLE, _K_STW_END))
+_READS = frozenset((_K_RT_HIST, _K_RT_HISTS, _K_RT_SCHED, _K_P_SAMPLE, _K_SCHED_SAMPLE,
+                    _K_STW_END))
 _KIND = itemgetter(1)
 
 _UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1_000_000}
@@ -128,17 +129,17 @@ class TriggerEngine:
             k = e[1]
             if k not in _READS:
                 continue
-            if k == _K_RT_HIST:
+            if k in (_K_RT_HIST, _K_RT_HISTS):
                 if e[4] == RtHist.TIME_TO_RUN:
-                    self._lat.append((e[0], e[5], e[6]))
+                    self._lat.extend((e[0], b, c) for b, c in hist_buckets(e))
                     self._lat_n = e[3]
                     lat_seen = True
                 elif e[4] in _STW_HISTS and e[3]:
                     from gmpmon.model.runtime import bucket_bounds
 
-                    b = e[5]
-                    if 0 < b <= e[3]:
-                        stw_ns = max(stw_ns, bucket_bounds(e[3])[b - 1])
+                    for b, _c in hist_buckets(e):
+                        if 0 < b <= e[3]:
+                            stw_ns = max(stw_ns, bucket_bounds(e[3])[b - 1])
             elif k == _K_RT_SCHED:
                 self._global_runq = e[5] >> 32
                 self._gcount.append((e[0], e[4]))

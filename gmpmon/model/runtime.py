@@ -24,6 +24,7 @@ from gmpmon.events import (
     RtFeature,
     RtHist,
     RtTotal,
+    hist_buckets,
 )
 from gmpmon.model.part import Context, Part
 from gmpmon.model.rthist import HIST_BUCKETS, bucket_bounds, hist_stats
@@ -175,6 +176,7 @@ class RuntimePart(Part):
     def handlers(self) -> list[tuple[int, Callable[[EventTuple], None]]]:
         return [
             (Kind.RT_HIST, self.on_hist),
+            (Kind.RT_HISTS, self.on_hist),
             (Kind.RT_SCHED, self.on_sched),
             (Kind.RT_TOTAL, self.on_total),
             (Kind.RT_PTICK, self.on_ptick),
@@ -198,9 +200,10 @@ class RuntimePart(Part):
         hist = self._hists.get(e[4])
         if hist is None or len(hist) != n + 2:
             hist = self._hists[e[4]] = [0] * (n + 2)
-        if 0 <= e[5] < n + 2:
-            hist[e[5]] += e[6]
-            self._dirty.add(e[4])
+        for i, c in hist_buckets(e):  # one (RT_HIST) or up to four (RT_HISTS)
+            if 0 <= i < n + 2:
+                hist[i] += c
+                self._dirty.add(e[4])
 
     def on_sched(self, e: EventTuple) -> None:
         a0, a1 = e[5], e[6]

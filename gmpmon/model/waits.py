@@ -2,13 +2,15 @@
 RWMutex, WaitGroup, ...), by kind, by stack and (sync.Mutex) by lock address.
 
 Each wait arrives as MUTEX_ADDR (which lock, which LockKind) then MUTEX (how long, from
-which stack) for the same goroutine.
+which stack) for the same goroutine, or summed in the kernel with the others of its lock,
+stack and kind word: a MUTEX_ROWS row (capture/waitrows.py).
 
 While the cold probes cost more than the budget, the governor (gmpmon/capture/coldgov.py)
-traces 1 sync.Mutex contention in N; MUTEX_ADDR's a1 says N above its LockKind (a1 >> 16;
-0 before it was sampled: 1). Each such wait stands for N: the counts, the wait time and the
-tables by stack and by lock add it N times (an estimate, unbiased: the N-th is chosen at
-random), and ``mutex_sampling`` says how many waits were so weighed and the largest N.
+traces 1 sync.Mutex contention in N; the kind word (MUTEX_ADDR's a1, MUTEX_ROWS' m) says N
+above its LockKind (word >> 16; 0 before it was sampled: 1). Each such wait stands for N:
+the counts, the wait time and the tables by stack and by lock add it N times (an estimate,
+unbiased: the N-th is chosen at random), and ``mutex_sampling`` says how many waits were so
+weighed and the largest N.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Waits(Part):
         return (
             (Kind.MUTEX_ADDR, self.on_mutex_addr),
             (Kind.MUTEX, self.on_mutex),
+            (Kind.MUTEX_ROWS, self.on_mutex_rows),
             (Kind.GO_EXIT, self.on_go_exit),
         )
 
@@ -77,6 +80,25 @@ class Waits(Part):
         add_row(self.by_stack, a1, every, ns)
         if addr >= 0:
             add_row(self.by_addr_stack, (addr, a1), every, ns)
+
+    def on_mutex_rows(self, e: EventTuple) -> None:
+        """Waits summed in the kernel: as many MUTEX_ADDR + MUTEX pairs, added at once."""
+        _ts, _, _p, word, addr, ns, a1 = e
+        n, sid = a1 >> 32, a1 & 0xFFFFFFFF
+        kind, every = word & 0xFFFF, max(word >> 16, 1)
+        if kind != LOCK_MUTEX:
+            add_row(self.by_kind, kind, n, ns)
+            add_row(self.other_by_stack, (kind, sid), n, ns)
+            return
+        if every > 1:  # n waits traced 1 in `every`: each stands for `every` (on_mutex)
+            self.sampled += n
+            self.sample_max = max(self.sample_max, every)
+            n, ns = n * every, ns * every
+        add_row(self.by_kind, kind, n, ns)
+        self.mutex_contentions += n
+        self.mutex_wait_ns += ns
+        add_row(self.by_stack, sid, n, ns)
+        add_row(self.by_addr_stack, (addr, sid), n, ns)
 
     def _by_addr(self, top: int = 8) -> tuple[dict[int, list[int]], dict[int, tuple[str, ...]]]:
         """sync.Mutex waits by lock address ([n, ns]), and the stack with the most wait on
