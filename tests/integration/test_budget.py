@@ -277,6 +277,10 @@ def test_the_cold_mutex_probes_are_cut_back_and_it_is_said(tmp_path: Path, mode:
             elif e[1] == Kind.MUTEX_ADDR and e[6] & 0xFFFF == LockKind.MUTEX:
                 weighed += max(e[6] >> 16, 1)
                 traced += 1
+            elif e[1] == Kind.MUTEX_ROWS and e[3] & 0xFFFF == LockKind.MUTEX:
+                # waits summed in the kernel, keyed by the same word: n of them, each N
+                weighed += (e[6] >> 32) * max(e[3] >> 16, 1)
+                traced += e[6] >> 32
     print(f"lockSlow entries {entries}, waits traced {traced}, weighed {weighed}, "
           f"summary {mu['contentions']}; {cut[0]['text']}")
     # (the waits before the controller's first decision, ~0.1 s after it starts, were all
