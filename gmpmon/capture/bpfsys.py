@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes as ct
 import errno
 import os
+from collections.abc import Iterator
 from typing import Any
 
 _libc = ct.CDLL(None, use_errno=True)
@@ -164,24 +165,32 @@ class U64Hash:
     def items(self) -> list[tuple[int, int]]:
         """In the kernel's bucket order (the order BCC's batch lookup yields)."""
         out: list[tuple[int, int]] = []
-        attr = self._attr
-        in_batch = ct.c_uint64.from_buffer(attr, 0)
-        count = ct.c_uint32.from_buffer(attr, 32)
-        in_batch.value = 0  # NULL: from the first bucket
-        ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(self._token) + 8
-        while True:
-            count.value = self.CHUNK
-            r = int(_libc.syscall(SYS_BPF, BPF_MAP_LOOKUP_BATCH, attr, ATTR_SIZE))
-            err = ct.get_errno() if r < 0 else 0
-            n = count.value
-            if n:
-                out += zip(self._keys[:n], self._vals[:n], strict=True)
-            if r < 0:
-                if err == errno.ENOENT:  # no more buckets
-                    return out
-                raise OSError(err, f"bpf(BPF_MAP_LOOKUP_BATCH): {os.strerror(err)}")
-            self._token[0] = self._token[1]
-            in_batch.value = ct.addressof(self._token)
+        for n in _lookup_batches(self._attr, self._token, self.CHUNK):
+            out += zip(self._keys[:n], self._vals[:n], strict=True)
+        return out
+
+
+def _lookup_batches(attr: ct.Array[ct.c_char], token: ct.Array[ct.c_uint64],
+                    chunk: int) -> Iterator[int]:
+    """BPF_MAP_LOOKUP_BATCH over a whole hash, ``chunk`` rows a call, into the key and value
+    buffers ``attr`` points at (set up by the caller, with the map's fd): yields the rows
+    each call left there, to be read before the next."""
+    in_batch = ct.c_uint64.from_buffer(attr, 0)
+    count = ct.c_uint32.from_buffer(attr, 32)
+    in_batch.value = 0  # NULL: from the first bucket
+    ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(token) + 8
+    while True:
+        count.value = chunk
+        r = int(_libc.syscall(SYS_BPF, BPF_MAP_LOOKUP_BATCH, attr, ATTR_SIZE))
+        err = ct.get_errno() if r < 0 else 0
+        if count.value:
+            yield count.value
+        if r < 0:
+            if err == errno.ENOENT:  # no more buckets
+                return
+            raise OSError(err, f"bpf(BPF_MAP_LOOKUP_BATCH): {os.strerror(err)}")
+        token[0] = token[1]
+        in_batch.value = ct.addressof(token)
 
 
 class RawHash:
@@ -205,25 +214,10 @@ class RawHash:
         """(keys, values), each the rows' bytes end to end, in the kernel's bucket order."""
         keys: list[bytes] = []
         vals: list[bytes] = []
-        attr = self._attr
-        in_batch = ct.c_uint64.from_buffer(attr, 0)
-        count = ct.c_uint32.from_buffer(attr, 32)
-        in_batch.value = 0
-        ct.c_uint64.from_buffer(attr, 8).value = ct.addressof(self._token) + 8
-        while True:
-            count.value = self.CHUNK
-            r = int(_libc.syscall(SYS_BPF, BPF_MAP_LOOKUP_BATCH, attr, ATTR_SIZE))
-            err = ct.get_errno() if r < 0 else 0
-            n = count.value
-            if n:
-                keys.append(self._keys.raw[: n * self.key_size])
-                vals.append(self._vals.raw[: n * self.value_size])
-            if r < 0:
-                if err == errno.ENOENT:
-                    return b"".join(keys), b"".join(vals)
-                raise OSError(err, f"bpf(BPF_MAP_LOOKUP_BATCH): {os.strerror(err)}")
-            self._token[0] = self._token[1]
-            in_batch.value = ct.addressof(self._token)
+        for n in _lookup_batches(self._attr, self._token, self.CHUNK):
+            keys.append(self._keys.raw[: n * self.key_size])
+            vals.append(self._vals.raw[: n * self.value_size])
+        return b"".join(keys), b"".join(vals)
 
 
 class StackMap:

@@ -3,12 +3,14 @@ windows to their plan even when the model hogs the GIL, and the cost it reports 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -98,18 +100,26 @@ def test_windows_keep_their_plan_while_the_model_hogs_the_gil(tmp_path: Path) ->
     assert s["cost"]["windows"] == len(ws)
 
 
-@pytest.mark.bpf
-def test_default_mode_reports_its_cost_within_the_budget(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def pingpong_attached(tmp_path: Path, seconds: int) -> Iterator[tuple[Proc, Path]]:
+    """gmpmon attached in default mode for ``seconds`` to a running ping-pong: (gmpmon's
+    process, its summary's path); the ping-pong is killed on the way out."""
     exe = copy_target(tmp_path, "pingpong")
     target = Proc([str(exe), "-t", "30s", "-wait-stdin"])
     summary = tmp_path / "s.json"
     try:
         target.wait_line("ready")
         target.send("\n")
-        gm = attach(target.p.pid, "--duration", "6", "--summary-json", str(summary))
-        assert gm.p.wait(timeout=TIMEOUT) == 0, gm.err
+        yield attach(target.p.pid, "--duration", str(seconds), "--summary-json",
+                     str(summary)), summary
     finally:
         target.kill()
+
+
+@pytest.mark.bpf
+def test_default_mode_reports_its_cost_within_the_budget(tmp_path: Path) -> None:
+    with pingpong_attached(tmp_path, 6) as (gm, summary):
+        assert gm.p.wait(timeout=TIMEOUT) == 0, gm.err
     c = json.loads(summary.read_text())["cost"]
     assert c["budget_pct"] == 1.0
     assert 0 < c["estimated_pct"] <= 1.5, c
@@ -305,13 +315,7 @@ def test_a_controller_that_dies_mid_run_is_said_and_the_exit_code_says_so(tmp_pa
     """The window controller is a child process: when it dies (here SIGKILL, as the OOM
     killer would), default mode goes on with no hot window, and the user is told in one line
     at the end, with the capture's exit code (10), not left with a quiet sample mode."""
-    exe = copy_target(tmp_path, "pingpong")
-    target = Proc([str(exe), "-t", "30s", "-wait-stdin"])
-    summary = tmp_path / "s.json"
-    try:
-        target.wait_line("ready")
-        target.send("\n")
-        gm = attach(target.p.pid, "--duration", "5", "--summary-json", str(summary))
+    with pingpong_attached(tmp_path, 5) as (gm, summary):
         ctl = None
         end = time.monotonic() + 20
         while ctl is None and time.monotonic() < end:
@@ -324,8 +328,6 @@ def test_a_controller_that_dies_mid_run_is_said_and_the_exit_code_says_so(tmp_pa
         time.sleep(1.0)
         os.kill(ctl, signal.SIGKILL)
         assert gm.p.wait(timeout=TIMEOUT) == 10, gm.err
-    finally:
-        target.kill()
     lines = [ln for ln in gm.err.splitlines() if "hot-window controller stopped" in ln]
     assert len(lines) == 1, gm.err
     assert "exited with status -9" in lines[0] and "no hot window opens" in lines[0], lines
