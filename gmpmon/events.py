@@ -139,7 +139,7 @@ RT_HISTS           Deltas of up to four buckets of one histogram, as that many R
                    g and m as RT_HIST's, a0 = b1 | b2 << 32, a1 = b3 | b4 << 32, each
                    b = bucket index | count added << 10 (0: none; a bucket that does not
                    fit comes as an RT_HIST). Under load ~190 of Go 1.19's 722 buckets move
-                   at a read (:func:`pack_hist`, :func:`hist_buckets`).
+                   at a read (gmpmon/histpack.py).
 RT_SCHED           Gauges of ``runtime.sched``: g = goroutines as ``gcount()`` computes them
                    (``runtime.NumGoroutine``; 0 if unknown), a0 = ``allglen`` | (global runq
                    length << 32), a1 = ``npidle`` | (``nmspinning`` << 16) | (``gcwaiting``
@@ -576,32 +576,3 @@ class Header:
 
 COST_WATCH_SHIFT = 20  # COST's m: budget (m.p.c.) in the low 20 bits, watcher µs above
 
-
-_HIST_COUNT_MAX = 1 << 22  # RT_HISTS' count per bucket: 22 bits (the index takes 10)
-
-
-def pack_hist(now: int, n: int, kind: int, idx: list[int], counts: list[int],
-              out: list[EventTuple]) -> None:
-    """Append the bucket deltas (``idx``, ``counts``: index in RT_HIST's a0 layout, count
-    added) of histogram ``kind`` with ``n`` counting buckets, four to an RT_HISTS event; one
-    that does not fit in its 32 bits (an index of 1024 or more, a count of 2^22) as an
-    RT_HIST."""
-    fits = [0 < c < _HIST_COUNT_MAX and 0 <= i < 1024 for i, c in zip(idx, counts, strict=True)]
-    bs = [i | c << 10 for i, c, f in zip(idx, counts, fits, strict=True) if f]
-    if len(bs) < len(idx):
-        out += [(now, _RT_HIST, NO_P, n, kind, i, c)
-                for i, c, f in zip(idx, counts, fits, strict=True) if not f]
-    bs += [0] * (-len(bs) % 4)
-    out += [(now, _RT_HISTS, NO_P, n, kind, bs[j] | bs[j + 1] << 32, bs[j + 2] | bs[j + 3] << 32)
-            for j in range(0, len(bs), 4)]
-
-
-def hist_buckets(e: EventTuple) -> list[tuple[int, int]]:
-    """(bucket index, count added) of an RT_HIST or RT_HISTS event."""
-    if e[1] == _RT_HIST:
-        return [(e[5], e[6])]
-    return [(b & 0x3FF, b >> 10) for b in (e[5] & 0xFFFFFFFF, e[5] >> 32,
-                                           e[6] & 0xFFFFFFFF, e[6] >> 32) if b]
-
-
-_RT_HIST, _RT_HISTS = int(Kind.RT_HIST), int(Kind.RT_HISTS)

@@ -34,7 +34,8 @@ from gmpmon.capture.targetmem import (
     check_count,
 )
 from gmpmon.errors import TargetMemoryError
-from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal, pack_hist
+from gmpmon.events import NO_P, EventTuple, Kind, RtFeature, RtHist, RtTotal
+from gmpmon.histpack import pack_hist
 
 _I = struct.Struct("<I")
 _i = struct.Struct("<i")

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from gmpmon.errors import UsageError
-from gmpmon.events import EventTuple, Kind, RtHist, hist_buckets
+from gmpmon.events import EventTuple, Kind, RtHist
+from gmpmon.histpack import hist_buckets
 
 COOLDOWN_S = 10.0
 LATENCY_WINDOW_NS = 1_000_000_000

@@ -24,8 +24,8 @@ from gmpmon.events import (
     RtFeature,
     RtHist,
     RtTotal,
-    hist_buckets,
 )
+from gmpmon.histpack import hist_buckets
 from gmpmon.model.part import Context, Part
 from gmpmon.model.rthist import HIST_BUCKETS, bucket_bounds, hist_stats
 from gmpmon.model.values import LatencyStats

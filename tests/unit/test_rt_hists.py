@@ -1,4 +1,4 @@
-"""RT_HISTS (four runtime-histogram bucket deltas to an event, gmpmon.events.pack_hist) make
+"""RT_HISTS (four runtime-histogram bucket deltas to an event, gmpmon.histpack.pack_hist) make
 the numbers and the triggers that the same deltas make as one RT_HIST each."""
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from gmpmon.events import (
     Header,
     Kind,
     RtHist,
-    hist_buckets,
-    pack_hist,
 )
+from gmpmon.histpack import hist_buckets, pack_hist
 from gmpmon.model import Model
 
 S = 1_000_000_000
