@@ -544,10 +544,17 @@ def test_serve_without_probes_exports_no_handoffs(rt: Workload) -> None:
     """Hand-offs need the handoffp probe: trap-free, the series is absent, never a 0."""
     s = Serve(str(rt.pid), "--interval", "0.3")
     try:
-        _wait(lambda: _samples(s.metrics(), "gmpmon_syscalls", rt.pid, "_total"), 15,
+        # 30 s: once in a CI rehearsal (2026-12-07, right after the test that runs a real
+        # Prometheus) no reading came in 15 s, which 10 runs here, 5 of them beside two busy
+        # loops, never repeated (~2.5 s each); if it comes again, what serve said tells why.
+        _wait(lambda: _samples(s.metrics(), "gmpmon_syscalls", rt.pid, "_total"), 30,
               "a reading")
         assert not _samples(s.metrics(), "gmpmon_handoffs", rt.pid)
-    finally:
+    except AssertionError as e:
+        gm = s.metrics().get("gmpmon_up")
+        raise AssertionError(f"{e}; gmpmon_up {gm.samples if gm else None}; serve's stderr: "
+                             f"{s.stop()[-2000:]!r}") from None
+    else:
         s.stop()
     assert "(no probes)" in s.first_line, s.first_line
 
