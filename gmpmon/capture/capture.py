@@ -416,10 +416,13 @@ class Capture:
             if t0 >= next_counters:
                 self.stats.cpu_s = time.thread_time() - cpu0  # a syscall: not every poll
                 # stamped when read: the ring read since t0 takes ms under load
-                self._read_counters(time.monotonic_ns())
+                c0 = time.monotonic_ns()
+                self._read_counters(c0)
                 # Many Ps make the counter map big (per-P latency buckets, the steal matrix):
-                # reading it may not take more than a tenth of the reader's time.
-                next_counters = t0 + max(self.counter_ns, 10 * (time.monotonic_ns() - t0))
+                # reading it may not take more than a tenth of the reader's time. Only the
+                # read itself counts: timed from t0, a busy ring's read (tens of ms in full
+                # mode on a loaded server) spaced the reads up to a second apart.
+                next_counters = t0 + max(self.counter_ns, 10 * (time.monotonic_ns() - c0))
             if t0 >= next_alive:
                 if not self._alive():
                     self.target_exited = True
