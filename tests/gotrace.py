@@ -240,3 +240,70 @@ def parse_trace(path: Path) -> TraceFacts:
     if p.returncode != 0:
         raise RuntimeError(f"go tool trace -d=parsed {path} failed: {err[-2000:]}")
     return facts
+
+
+@dataclass
+class MutexParks:
+    """sync.Mutex parks in one trace: goroutines that parked in ``sync.(*Mutex).Lock``
+    (lockSlow's semacquire: the trace's "sync" block with Lock on its stack) and for how long,
+    until made runnable. A subset of a lock's slow path: spins and the time runnable after
+    the wake are not in it."""
+
+    span_ns: int = 0
+    parks: Counter[str] = field(default_factory=Counter)  # function on the stack -> parks
+    parked_ns: Counter[str] = field(default_factory=Counter)  # function on the stack -> ns
+    total_parks: int = 0
+    total_ns: int = 0
+
+
+def mutex_parks(path: Path) -> MutexParks:
+    """Every function on the stacks of a trace's sync.Mutex parks, with the parks and the
+    parked time it was on the stack of (so a lock's caller, and its callers, are found by
+    name, as gmpmon's lock-contention finding names its site)."""
+    go = ensure_go("1.27")
+    out = MutexParks()
+    parked: dict[int, tuple[int, set[str]]] = {}  # goid -> (since, functions on its stack)
+    first = last = 0
+    stack: set[str] | None = None  # the stack being read (of the park just seen)
+    goid = since = 0
+    with subprocess.Popen(
+        [str(go), "tool", "trace", "-d=parsed", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1 << 20,
+    ) as p:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line[:1] == "\t":
+                if stack is not None and " @ " in line and not line.startswith("\t\t"):
+                    stack.add(line.strip().split(" @ ", 1)[0])
+                continue
+            if stack is not None and not line.startswith("TransitionStack"):
+                if "sync.(*Mutex).Lock" in stack:
+                    parked[goid] = (since, stack)
+                stack = None
+            if line[:1] != "M":
+                continue
+            h = _HEAD.match(line)
+            if h is None or h.group(4) != "StateTransition":
+                continue
+            t = _TRANSITION.search(line, h.end())
+            if t is None:
+                continue
+            ts, g, old, new = int(h.group(5)), int(t.group(1)), t.group(2), t.group(3)
+            if old == new:
+                continue
+            first = first or ts
+            last = ts
+            if old == "Running" and new == "Waiting" and t.group(4) == "sync":
+                stack, goid, since = set(), g, ts
+            elif old == "Waiting" and g in parked:
+                began, fns = parked.pop(g)
+                out.total_parks += 1
+                out.total_ns += ts - began
+                for fn in fns:
+                    out.parks[fn] += 1
+                    out.parked_ns[fn] += ts - began
+        err = p.stderr.read() if p.stderr else ""
+    if p.returncode != 0:
+        raise RuntimeError(f"go tool trace -d=parsed {path} failed: {err[-2000:]}")
+    out.span_ns = last - first
+    return out
