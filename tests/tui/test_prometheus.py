@@ -197,3 +197,31 @@ async def test_80x24_live_keeps_the_cost_before_the_cut_back_detail() -> None:
         await pilot.pause(0.3)
         line = screen_text(pilot.app).splitlines()[1]
         assert "mutex contention: sampled 1 in 64" in line  # the detail, where there is room
+
+
+async def test_goroutines_table_without_stacks_or_windows_lists_the_census_states() -> None:
+    """Caddy under wrk, default mode, no window ever opened and no wait stacks taken
+    (tests/data/caddy-wrk-default.gmp): the probes saw no goroutine, and the table was
+    empty. It lists the census's states, their counts adding up to its goroutines."""
+    src = ReplaySource(str(REC.with_name("caddy-wrk-default.gmp")), autostart=False,
+                       paused=True)
+    src.seek(AT)
+    snap = src.latest()
+    assert snap is not None and snap.runtime is not None and not snap.goroutines
+    census = snap.runtime.census
+    assert census is not None and census.stacks is None
+    app = make_app(src)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("4")
+        await pilot.pause()
+        text = screen_text(app)
+        table: DataTable[Any] = app.query_one("#g-table", DataTable)
+        user = [r for r in census.rows if not r.system]
+        assert table.row_count == len(user) > 0, text
+        cells = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert sum(int(r[1]) for r in cells) == census.goroutines, cells
+        assert [r[2] for r in cells] == [r.reason or r.state for r in user], cells
+        assert f"census #{census.seq} by state  {census.goroutines} goroutines" in text, text
+        await pilot.press("j")
+        assert table.cursor_row == 1
