@@ -62,12 +62,13 @@ def timeline_facts(pilot: Pilot[Any]) -> None:
     band = next(i for i, ln in enumerate(lines) if STW_LABEL in ln)
     assert head < band < lines.index(rows[0]), text  # between the header and the Ps
     strip_at = lines[band].index(STW_LABEL) + len(STW_LABEL) + 1
-    stw = lines[band][strip_at:].rstrip()
+    end = len(lines[head].rstrip())  # the strip ends under "now" (a scrollbar may follow)
+    stw = lines[band][strip_at:end].rstrip()
     assert stw and set(stw.strip()) <= BARS, stw  # heights only, no other glyph
-    assert {h for c, h in colours[band][strip_at:] if c.strip()} == {STW_COLOUR}
+    assert {h for c, h in colours[band][strip_at:end] if c.strip()} == {STW_COLOUR}
     for row in rows:
         i = lines.index(row)
-        strip = row[strip_at:]
+        strip = row[strip_at:end]
         seen = [c for c in strip if c != " "]
         glyphs = Counter(seen)
         runs = sum(n for c, n in glyphs.items() if c in BARS)
@@ -75,7 +76,7 @@ def timeline_facts(pilot: Pilot[Any]) -> None:
         assert runs >= len(seen) * 3 // 4, row  # mostly its work
         assert glyphs["▚"] <= len(seen) // 10, row  # not a mark per pause
         assert len({c for c in seen if c in BARS}) >= 3, row  # busy and less busy cells
-        hues = Counter(h for c, h in colours[i][strip_at:] if c.strip())
+        hues = Counter(h for c, h in colours[i][strip_at:end] if c.strip())
         assert len(hues) >= 2 and hues[STW_COLOUR] <= len(seen) // 10, (row, hues)
     legend = next(ln for ln in lines if "running" in ln and "syscall" in ln)
     assert legend.lstrip().startswith("▁▄█ running") and "▚ STW" in legend, legend

@@ -74,8 +74,9 @@ def _stw_line(text: str) -> str:
     if not band:
         return ""
     at = band.index(STW_LABEL) + len(STW_LABEL) + 1
+    end = len(band.rstrip())
     for row in _procs_rows(text):
-        for i, c in enumerate(row[at:]):
+        for i, c in enumerate(row[at:end]):
             assert c != "▚" or band[at + i] in "▄▅▆▇█", (row, band)
     return band[at:].strip()
 
