@@ -376,13 +376,20 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
     thinned = sum(snap.dropped.values()) - (sum(prev.dropped.values()) if prev else 0)
     lat99 = _interval_p99(snap.sched_latency, prev.sched_latency if prev else None)
     rv = snap.runtime
-    if snap.window == "sampled" and rv is not None and rv.reads:  # no probe latency: the
-        before = prev.runtime.latency if prev is not None and prev.runtime else None  # runtime's
+    # Default mode: an interval no duty-cycle window touched counted nothing with the hot
+    # probes; its steal and park are not measured ("-", not 0), and its p99 is the
+    # runtime's, as in sample mode (issue 27).
+    unwindowed = snap.window == "windows" and snap.windows_covered_ns == (
+        prev.windows_covered_ns if prev is not None else 0)
+    if (snap.window == "sampled" or (unwindowed and lat99 == "-")) and rv is not None \
+            and rv.reads:  # no probe latency: the runtime's own histogram
+        before = prev.runtime.latency if prev is not None and prev.runtime else None
         edges = bucket_bounds(720 if snap.go_version.startswith("go1.19") else 160)
         lat99 = _interval_p99(rv.latency, before, edges)
     head = f"{t:7.1f}s "
-    tail = (f" grq={snap.global_runq} | last {span:.1f}s: steal={_n(steals, snap)}"
-            f" park={_n(parks, snap)}"
+    tail = (f" grq={snap.global_runq} | last {span:.1f}s:"
+            f" steal={'-' if unwindowed else _n(steals, snap)}"
+            f" park={'-' if unwindowed else _n(parks, snap)}"
             f" p99={lat99} lost={lost}"
             + (f" thin={fmt_k(thinned)}" if snap.dropped else ""))
     room = WIDTH - len(head) - len(tail)
@@ -400,9 +407,14 @@ def interval_line(snap: Snapshot, prev: Snapshot | None) -> str:
 
 def interval_legend(interval_s: float, mode: str = "") -> str:
     """Said once above the interval lines: which numbers are now, which are recent."""
-    counted = {"default": "\n(default mode: steal and park count inside the hot-probe windows)",
+    counted = {"default": "\n(default mode: steal, park and p99 from the probes inside the"
+                          "\n duty-cycle windows; an interval with no window: steal and park"
+                          "\n not measured (-), p99 the runtime's own histogram, a bucket"
+                          " bound)",
                "sample": "\n(sample mode: steal and park are not measured: -;\n p99 is the "
-                         "runtime's own histogram, a bucket bound)"}.get(mode, "")
+                         "runtime's own histogram, a bucket bound)",
+               "full": "\n(full mode: steal, park and p99 from the probes, every event)",
+               }.get(mode, "")
     return (f"Each line: P states, run queues, grq now; steal park p99 lost: the last"
             f" {interval_s:g}s only.\nThe report at the end counts the whole capture." + counted)
 

@@ -21,7 +21,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.widgets import TabbedContent, TabPane
 
 from gmpmon.export.folded import FoldedExporter
 from gmpmon.files import unique_path, write_new_private
@@ -36,6 +36,7 @@ from gmpmon.tui.widgets.details import FilterScreen
 from gmpmon.tui.widgets.findings import FindingsView
 from gmpmon.tui.widgets.goroutines import GoroutinesView
 from gmpmon.tui.widgets.help import HelpScreen
+from gmpmon.tui.widgets.keybar import KeyBar
 from gmpmon.tui.widgets.procs import ProcsView
 from gmpmon.tui.widgets.sched import SchedView
 from gmpmon.tui.widgets.status import StatusHeader
@@ -172,7 +173,7 @@ class GmpmonApp(App[None]):
                 yield GoroutinesView(id="goroutines-view")
             with TabPane("5 Findings", id="findings"):
                 yield FindingsView(id="findings-view")
-        yield Footer()
+        yield KeyBar(id="keys")
 
     def on_mount(self) -> None:
         if self.seek is not None:

@@ -139,16 +139,33 @@ def cell_of(spans: Sequence[Span], lo: int, hi: int) -> Cell:
     return (state, 0, 8)
 
 
-def _overlay_stw(cells: list[Cell], stw: Iterable[tuple[int, int]], t0: int,
-                 cell_ns: float) -> None:
-    width = len(cells)
-    for a, b in stw:
-        a, b = max(a, t0), min(b, t0 + int(cell_ns * width))
+def stw_shares(stw: Iterable[tuple[int, int]], t0: int, cell_ns: float,
+               width: int) -> list[float]:
+    """The share of each of ``width`` cells from ``t0`` that the world was stopped."""
+    shares = [0.0] * max(width, 0)
+    if width <= 0 or cell_ns <= 0:
+        return shares
+    end = t0 + cell_ns * width
+    for start, stop in stw:
+        a, b = max(float(start), t0), min(float(stop), end)
         if b <= a:
             continue
         i = int((a - t0) / cell_ns)
         j = min(int((b - 1 - t0) / cell_ns), width - 1)
         for k in range(i, j + 1):
+            lo = t0 + k * cell_ns
+            shares[k] += (min(b, lo + cell_ns) - max(a, lo)) / cell_ns
+    return shares
+
+
+def _overlay_stw(cells: list[Cell], stw: Iterable[tuple[int, int]], t0: int,
+                 cell_ns: float) -> None:
+    """A cell the world was stopped for half of or more shows GCSTOP, whatever the P did.
+    Not every cell a pause touches: Prometheus and Caddy under load stop the world 50-160
+    times a second, and one mark per pause hid every P's work (issue 27); the STW line above
+    the Ps (:func:`stw_band`) shows each cell's share instead."""
+    for k, share in enumerate(stw_shares(stw, t0, cell_ns, len(cells))):
+        if share >= 0.5:
             cells[k] = (PState.GCSTOP, 0, 8)
 
 
@@ -159,8 +176,9 @@ def timeline_cells(
     t1: int,
     width: int,
 ) -> list[Cell]:
-    """``width`` cells covering [t0, t1), each as :func:`cell_of` says; a cell touched by a
-    stop-the-world shows GCSTOP whatever the P did, since STW stops every P."""
+    """``width`` cells covering [t0, t1), each as :func:`cell_of` says; a cell stopped by
+    the world for half its time or more shows GCSTOP whatever the P did, since STW stops
+    every P."""
     if width <= 0 or t1 <= t0:
         return []
     cell_ns = (t1 - t0) / width
@@ -305,6 +323,22 @@ def window_marks(windows: Sequence[tuple[int, int]], lo: int, cell_ns: int, widt
         return None
     return Text("".join(WINDOW_MARK if m else " " for m in marks), style=WINDOW_COLOUR,
                 no_wrap=True, overflow="crop")
+
+
+STW_LABEL = "STW (height: time stopped)"
+
+
+def stw_band(stw: Sequence[tuple[int, int]], lo: int, cell_ns: int, width: int) -> Text | None:
+    """A line of ``width`` timeline cells, each a bar as high as the share of the cell the
+    world was stopped (at least the lowest bar when a pause touched it, however short): a
+    density, not a mark per pause. None if no pause is in view."""
+    if width <= 0 or cell_ns <= 0:
+        return None
+    shares = stw_shares(stw, lo, cell_ns, width)
+    if not any(shares):
+        return None
+    return Text("".join(SPARK[min(8, max(1, round(8 * f)))] if f > 0 else " " for f in shares),
+                style=STW_COLOUR, no_wrap=True, overflow="crop")
 
 
 LEGEND: tuple[tuple[str, str, str], ...] = (

@@ -29,11 +29,26 @@ def group_matches(w: CensusStack, text: str) -> bool:
             or any(needle in f.lower() for f in w.frames))
 
 
+NO_STACKS = "[no wait stacks in this capture]"
+
+
+def census_groups(c: CensusView) -> tuple[CensusStack, ...]:
+    """The census's wait-stack groups or, in a capture that took no stacks, one row per state
+    and wait reason of every goroutine (running and runnable too), so that the table is never
+    empty where the census counted goroutines (issue 27: default mode with no window open
+    had no probe-seen goroutine to list)."""
+    if c.stacks is not None:
+        return c.stacks
+    return tuple(CensusStack(-1 - i, r.state, r.reason, r.system, (NO_STACKS,), "", "",
+                             r.count, r.waited, r.wait_sum_ns, r.wait_max_ns)
+                 for i, r in enumerate(c.rows))
+
+
 def user_groups(c: CensusView | None, text: str = "") -> list[tuple[int, CensusStack]]:
     """The user goroutines' groups, numbered as the census ranks them, filtered."""
-    if c is None or c.stacks is None:
+    if c is None:
         return []
-    return [(i, w) for i, w in enumerate((w for w in c.stacks if not w.system), 1)
+    return [(i, w) for i, w in enumerate((w for w in census_groups(c) if not w.system), 1)
             if group_matches(w, text)]
 
 
@@ -58,7 +73,13 @@ def groups_summary(c: CensusView | None, shown: int, text: str) -> Text:
         out.append("wait stacks: no census yet", style="dim")
         return out
     if c.stacks is None:
-        out.append("wait stacks: not measured in this capture (w: goroutines)", style="dim")
+        rows = [w for w in census_groups(c) if not w.system]
+        out.append(f"census #{c.seq} by state", style="bold")
+        out.append(f"  {fmt_count(sum(w.count for w in rows))} goroutines in {len(rows)} "
+                   "states (wait stacks: not taken in this capture)")
+        if text:
+            out.append(f"  filter '{text}': {shown}", style="bold #d29922")
+        out.append("   (/: filter; w: goroutines)", style="dim")
         return out
     groups = [w for w in c.stacks if not w.system]
     parked = sum(w.count for w in groups)
@@ -81,7 +102,8 @@ def group_text(rank: int, w: CensusStack, c: CensusView) -> Text:
     if w.waited:
         t.append(f", waited up to {fmt_ns(w.wait_max_ns)}", style="bold")
     t.append("]\n", style="bold")
-    t.append(f"census #{c.seq}: group #{rank} of {len([x for x in c.stacks or () if not x.system])}"
+    t.append(f"census #{c.seq}: group #{rank} of "
+             f"{len([x for x in census_groups(c) if not x.system])}"
              "\n", style="dim")
     if w.waited:
         t.append(f"{fmt_count(w.waited)} of them have g.waitsince (parked across a GC): avg "

@@ -17,3 +17,16 @@ def proc_rows(text: str) -> list[str]:
     """The Procs view's per-P rows (not the folded idle line)."""
     return [ln for ln in text.splitlines()
             if re.match(r"^ +\d+ [a-z]", ln) and " idle Ps," not in ln]
+
+
+def screen_colours(app: App[object]) -> list[list[tuple[str, str]]]:
+    """Each screen line as (character, foreground colour as #rrggbb or "") pairs."""
+    out = []
+    for strip in app.screen._compositor.render_strips():
+        line = []
+        for seg in strip:
+            colour = seg.style.color if seg.style is not None else None
+            hexa = colour.get_truecolor().hex if colour is not None else ""
+            line.extend((ch, hexa) for ch in seg.text)
+        out.append(line)
+    return out

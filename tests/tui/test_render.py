@@ -12,6 +12,8 @@ from gmpmon.tui.render import (
     latency_spark,
     sampled_cell,
     short_stack,
+    stw_band,
+    stw_shares,
     timeline_cells,
 )
 
@@ -42,11 +44,23 @@ def test_uncovered_time_is_unknown_and_spans_outside_are_ignored() -> None:
     assert timeline_cells(spans, (), 0, 100, 4) == [UNKNOWN_CELL] * 2 + [(R, 2, 8)] * 2
 
 
-def test_stop_the_world_overrides_every_cell_it_touches() -> None:
+def test_stop_the_world_overrides_the_cells_it_stopped_for_half_their_time() -> None:
     spans = [Span(0, 100, R, 1)]
-    cells = timeline_cells(spans, [(52, 53)], 0, 100, 10)
-    assert cells[5] == (PState.GCSTOP, 0, 8)
-    assert [c for i, c in enumerate(cells) if i != 5] == [(R, 1, 8)] * 9
+    # 52-53: a tenth of cell 5, the P's work shows; 64-79: half of cell 6, all of cell 7
+    cells = timeline_cells(spans, [(52, 53), (65, 80)], 0, 100, 10)
+    assert cells[5] == (R, 1, 8)
+    assert cells[6] == cells[7] == (PState.GCSTOP, 0, 8)
+    assert [c for i, c in enumerate(cells) if i not in (6, 7)] == [(R, 1, 8)] * 8
+
+
+def test_stw_band_is_the_share_of_each_cell_stopped() -> None:
+    """Issue 27: Prometheus stops the world ~25 times a second; a mark per pause on every P
+    hid the Ps' work. The STW line shows how much of each cell was stopped instead."""
+    band = stw_band([(52, 53), (65, 80), (95, 100)], 0, 10, 10)
+    assert band is not None and band.plain == "     ▁▄█ ▄"
+    assert stw_shares([(52, 53), (65, 80)], 0, 10, 10)[5:8] == [0.1, 0.5, 1.0]
+    assert stw_band([], 0, 10, 10) is None
+    assert stw_band([(200, 300)], 0, 10, 10) is None  # out of view
 
 
 def test_grid_reuses_finished_cells_and_matches_a_full_recompute() -> None:

@@ -2,10 +2,10 @@
 
 One recording per mode (tests/data/README.md): sample (`demo-sample-kernel`), default
 (`demo-runtime`), full (`sleeper`), each with the runtime counters and the census. For each,
-the summary JSON's quantities, the text report's quantity lines and the /metrics exposition
-are compared with golden files in tests/data/golden/ (rewrite them, after reading the diff,
-with `GMPMON_UPDATE_GOLDEN=1`), and checked for what must hold whatever the numbers: no 0
-where nothing measured, and every value names its source.
+the summary JSON's quantities, the text report's quantity lines, the /metrics exposition and
+the headless `--interval` lines are compared with golden files in tests/data/golden/
+(rewrite them, after reading the diff, with `GMPMON_UPDATE_GOLDEN=1`), and checked for what
+must hold whatever the numbers: no 0 where nothing measured, and every value names its source.
 """
 
 from __future__ import annotations
@@ -214,3 +214,43 @@ def test_metrics_leave_out_what_the_target_lacks() -> None:
     gor = next(m for m in families([make_reading(proc, rv, None, ())])
                if m.name == "gmpmon_goroutines")
     assert all(s.labels["state"] != "all" for s in gor.samples)  # the census's states stay
+
+
+def headless_lines(name: str) -> str:
+    """What `gmpmon replay NAME.gmp --no-tui --interval 1` prints before its report: the
+    legend and one line a second of recording (the live printer's lines, same function)."""
+    from gmpmon.commands.replay import _replay
+
+    out: list[str] = []
+    _replay(read_recording(str(DATA / f"{name}.gmp")), 1.0, out.append)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_headless_lines_golden(mode: str) -> None:
+    text = headless_lines(MODES[mode])
+    golden(f"{mode}-headless.txt", text)
+    legend, lines = text.split("\n    ", 1)
+    # every value names its source: the legend says where steal, park and p99 come from
+    assert f"({mode} mode: steal" in legend and "p99" in legend.split(f"({mode} mode")[1]
+    assert lines.count(" | last ") >= 1
+    if mode == "sample":
+        assert "steal=0" not in lines and "park=0" not in lines
+        assert all(" steal=- park=- " in ln for ln in lines.splitlines())
+
+
+@pytest.mark.parametrize("name", ["caddy-wrk-default", "prometheus-wrk-default"])
+def test_headless_lines_say_not_measured_where_no_window_opened(name: str) -> None:
+    """Default mode on a busy server: a second no duty-cycle window touched printed
+    steal=0 park=0 p99=- (issue 27); it says '-' for what the probes did not see, and the
+    runtime's own p99 (a bucket bound)."""
+    lines = headless_lines(name).splitlines()[5:]  # after the legend
+    assert lines and all(" | last " in ln for ln in lines), lines
+    for ln in lines:
+        assert "steal=0 park=0" not in ln and "p99=-" not in ln, ln
+    snap = replayed(name)
+    if snap.windows_covered_ns == 0:  # Caddy: no window ever opened
+        assert all(" steal=- park=- p99=≤" in ln for ln in lines), lines
+    else:  # Prometheus: one window, in one second of four
+        windowed = [ln for ln in lines if " steal=- " not in ln]
+        assert len(windowed) == 1 and len(lines) > 1, lines

@@ -194,7 +194,7 @@ def test_interval_line_fits_and_counts_the_interval() -> None:
     assert len(wide) <= 80
     legend = interval_legend(1.0, "default").splitlines()
     assert "the last 1s only" in legend[0] and "counts the whole capture" in legend[1]
-    assert "inside the hot-probe windows" in legend[2] and max(map(len, legend)) <= 80
+    assert "from the probes inside the" in legend[2] and max(map(len, legend)) <= 80
     assert re.search(r" steal=- park=- ", interval_line(run([], mode="sample"), None))
 
 

@@ -109,7 +109,9 @@ class GoroutinesView(Vertical):
         if self.by_stacks is not None:
             return self.by_stacks
         c = snap.runtime.census if snap is not None and snap.runtime is not None else None
-        return c is not None and c.stacks is not None
+        # The census's groups; without its stacks, its states, when no probe saw goroutines
+        # (default mode before a window, sample mode): a list, never an empty table.
+        return c is not None and snap is not None and (c.stacks is not None or not snap.goroutines)
 
     def action_toggle_stacks(self) -> None:
         self.by_stacks = not self.showing_stacks()

@@ -22,6 +22,7 @@ from gmpmon.tui.render import (
     NS_PER_S,
     STATE_STYLE,
     STATE_WORD,
+    STW_LABEL,
     TimelineGrid,
     bar,
     busy_share,
@@ -31,6 +32,7 @@ from gmpmon.tui.render import (
     id_ranges,
     last_known_state,
     legend,
+    stw_band,
     timeline_text,
     trigger_marks,
     window_marks,
@@ -127,12 +129,19 @@ class ProcTable(Widget):
             row.append("trigger".rjust(fixed - 1)[: fixed - 1] + " ", style="dim")
             row.append_text(marks)
             lines.append(row)
-        windows = (window_marks(snap.window_spans, (t1 // cell_ns - tl_w + 1) * cell_ns,
-                                cell_ns, tl_w) if tl_w >= 12 else None)
+        grid_lo = (t1 // cell_ns - tl_w + 1) * cell_ns  # the rows' fixed grid
+        windows = (window_marks(snap.window_spans, grid_lo, cell_ns, tl_w) if tl_w >= 12
+                   else None)
         if windows is not None:  # default mode: where the cells are the probes'
             row = Text(no_wrap=True, overflow="crop")
             row.append("probes".rjust(fixed - 1)[: fixed - 1] + " ", style="dim")
             row.append_text(windows)
+            lines.append(row)
+        stw = stw_band(snap.stw_spans, grid_lo, cell_ns, tl_w) if tl_w >= 12 else None
+        if stw is not None:  # how much of each cell the world was stopped, on every P
+            row = Text(no_wrap=True, overflow="crop")
+            row.append(STW_LABEL.rjust(fixed - 1)[: fixed - 1] + " ", style="dim")
+            row.append_text(stw)
             lines.append(row)
         procs = list(snap.procs)
         many = len(procs) > MANY_PS

@@ -50,11 +50,17 @@ class StatusHeader(Widget):
             second.append("  ")
         if self.replay and self.status and not self.ended:
             second.append(f"{self.status}  ", style="#a371f7")  # the replay's one clock
+        # What watching costs, right after the clock: at 80 columns it is what the line
+        # keeps (issue 27: it came last and was the first thing cut). Live, the budget
+        # controller's status line starts with it; its cut-back detail goes to the end.
+        cost, detail = cost_text(snap, self.status if not self.replay else "")
+        if snap is not None and not self.replay:
+            second.append(f"up {fmt_ns(uptime_ns(snap, h.start_ns))}  ")
+        if cost:
+            second.append(f"{cost}  ", style="bold #d29922")
         if snap is None:
             second.append("waiting for the first events…", style="dim")
         else:
-            if not self.replay:
-                second.append(f"up {fmt_ns(uptime_ns(snap, h.start_ns))}  ")
             second.append(f"{fmt_count(snap.event_rate)} ev/s  ")
             lost = f"lost {fmt_count(snap.events_lost)}"
             second.append(lost, style="bold white on #da3633" if snap.events_lost else "")
@@ -77,8 +83,28 @@ class StatusHeader(Widget):
             second.append(f"  ● REC {os.path.basename(self.recording)}", style="bold #f85149")
         if self.paused:
             second.append("  ❚❚ PAUSED", style="bold black on #d29922")
-        if self.status and not self.ended and not self.replay:
-            second.append(f"  {self.status}", style="#a371f7")
+        if detail and not self.ended:
+            second.append(f"  {detail}", style="#a371f7")
         out = Text("\n", no_wrap=True, overflow="ellipsis").join([top, second])
         out.no_wrap = True
         return out
+
+
+COST_PREFIX = "cost ~"  # gmpmon.capture.budget: CostStatus.header_text()
+
+
+def cost_text(snap: Snapshot | None, live_status: str) -> tuple[str, str]:
+    """(what watching costs the target, the rest of a live status line).
+
+    Live: the budget controller's line, ``cost ~0.4% (budget 1%); mutex: ...``, split at
+    its first "; " (any other status is all detail). Replay: the recording's last COST event
+    (since attach); nothing when the capture had no controller (full mode)."""
+    if live_status:
+        if live_status.startswith(COST_PREFIX):
+            cost, _, rest = live_status.partition("; ")
+            return cost, rest
+        return "", live_status
+    c = snap.cost if snap is not None else None
+    if c is None:
+        return "", ""
+    return f"{COST_PREFIX}{c.estimated_pct:.1f}% (budget {c.budget_pct:g}%)", ""
