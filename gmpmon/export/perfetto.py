@@ -70,7 +70,8 @@ _INTERNED_FIXED = b"".join(
 class _Seq:
     """One packet sequence: its buffer, its clock's last value, what it has interned."""
 
-    __slots__ = ("bodies", "buf", "ends", "field", "id", "last", "names", "next_iid", "track")
+    __slots__ = ("bodies", "buf", "ends", "field", "id", "instants", "last", "names", "next_iid",
+                 "track")
 
     def __init__(self, seq: int, track: int, origin: int) -> None:
         self.id = seq
@@ -83,6 +84,8 @@ class _Seq:
         # (goid << 3 | state) -> the whole begin packet of that span when it starts where the
         # previous one ended (delta 0): most spans
         self.bodies: dict[int, bytes] = {}
+        # (P, goid, wait reason) -> a park instant's TrackEvent, once its name is interned
+        self.instants: dict[tuple[int, int, int], bytes] = {}
         # An end packet on the default track, by the length of its delta's varint (1..10):
         # everything before the delta's bytes.
         self.ends = tuple(
@@ -100,6 +103,7 @@ class _Seq:
         if len(self.names) >= MAX_INTERNED:
             self.names.clear()
             self.bodies.clear()
+            self.instants.clear()
         self.next_iid += 1
         iid = self.names[name] = self.next_iid
         return iid, w.interned(w.I_NAMES, iid, name)
@@ -321,22 +325,33 @@ class PerfettoExporter(Exporter):
                 te += w.int_arg(A_P, p)
             s.event(ts, te, intern)
         elif kind == K_PARK and p >= 0:
-            reason = self._reason(a0)
-            iid, intern = s.name(f"park G{g}: {reason}")
-            riid = self._strings.get(reason)
-            if riid is None:
-                if len(self._strings) >= MAX_INTERNED:
-                    self._strings.clear()  # iids keep growing: none is defined twice
-                self._string_iid += 1
-                riid = self._strings[reason] = self._string_iid
-                intern += w.fb(w.I_STRINGS, w.fv(1, riid) + w.fb(2, reason.encode()))
-            te = (_INSTANT + w.fv(11, self._track(p)) + w.fv(10, iid) + w.fv(3, CAT["park"])
-                  + w.int_arg(A_GOID, g) + w.string_arg(A_REASON, riid))
-            if p >= MAX_PROCS:
-                te += w.int_arg(A_P, p)
-            s.event(ts, te, intern)
+            known = s.instants.get((p, g, a0))
+            if known is not None:
+                s.event(ts, known)
+            else:
+                self._park(s, ts, p, g, a0)
         if len(s.buf) > self._chunk:
             self._flush(s)
+
+    def _park(self, s: _Seq, ts: int, p: int, g: int, a0: int) -> None:
+        """A park instant the long way (its name and reason interned if new); its TrackEvent
+        is remembered for the next park of that goroutine on that P for that reason."""
+        reason = self._reason(a0)
+        iid, intern = s.name(f"park G{g}: {reason}")
+        riid = self._strings.get(reason)
+        if riid is None:
+            if len(self._strings) >= MAX_INTERNED:
+                self._strings.clear()  # iids keep growing: none is defined twice
+            self._string_iid += 1
+            riid = self._strings[reason] = self._string_iid
+            intern += w.fb(w.I_STRINGS, w.fv(1, riid) + w.fb(2, reason.encode()))
+        te = (_INSTANT + w.fv(11, self._track(p)) + w.fv(10, iid) + w.fv(3, CAT["park"])
+              + w.int_arg(A_GOID, g) + w.string_arg(A_REASON, riid))
+        if p >= MAX_PROCS:
+            te += w.int_arg(A_P, p)
+        s.event(ts, te, intern)
+        if len(s.instants) < MAX_INTERNED:
+            s.instants[p, g, a0] = te
 
     def add(self, snapshot: Snapshot) -> None:
         for pv in snapshot.procs:
