@@ -75,15 +75,17 @@ class Recording:
         self.batches_read = 0  # frames read whole (a frame may come as several chunks)
 
     def __iter__(self) -> Iterator[Batch]:
-        for _info, batch in self.frames():
+        for _info, batch in self.frames(ranges=False):
             yield batch
 
     def frames(
-        self, start_offset: int | None = None, start_chunk: int = 0
+        self, start_offset: int | None = None, start_chunk: int = 0, *, ranges: bool = True
     ) -> Iterator[tuple[FrameInfo, Batch]]:
         """Chunks of events with where they come from, from the first frame (or the frame
         at ``start_offset``, from its chunk ``start_chunk``). The first chunk of a frame
-        carries its stacks table; a frame without events is one empty chunk."""
+        carries its stacks table; a frame without events is one empty chunk. ``ranges``
+        False: each FrameInfo has its frame header's timestamps, not its chunk's smallest
+        and largest (two passes over the events less)."""
         self.stopped_at = None
         self.error = None
         self.complete = False
@@ -161,7 +163,8 @@ class Recording:
                         if i < skip:
                             continue
                         info = FrameInfo(pos, len(chunk), min(map(_TS, chunk)),
-                                         max(map(_TS, chunk)), i)
+                                         max(map(_TS, chunk)), i) if ranges else \
+                            FrameInfo(pos, len(chunk), first, last, i)
                         yield info, Batch(chunk, cols.stacks if i == 0 else {})
                 skip = 0
                 del cols

@@ -10,12 +10,12 @@ from typing import Protocol
 from gmpmon.errors import UsageError
 from gmpmon.events import Batch, Header
 from gmpmon.files import open_private
-from gmpmon.findings.engine import snapshot_with_findings
 from gmpmon.model import Model
+from gmpmon.model.core import SpanSink
 from gmpmon.model.delta import since
 from gmpmon.model.snapshot import Snapshot
+from gmpmon.model.spanmodel import SpanModel, SpansSink
 from gmpmon.record import Recording
-from gmpmon.replay import replay_all
 
 
 class Sink(Protocol):
@@ -28,6 +28,9 @@ class Exporter:
     """Base: ignores batches and spans; subclasses override what they use."""
 
     wants_spans = False
+    # Uses nothing but the spans, the batches and the final snapshot's P list and open spans
+    # (perfetto): replayed through model/spanmodel.py's SpanModel, ~2.5x quicker than the Model.
+    spans_only = False
 
     def __init__(self, header: Header) -> None:
         self.header = header
@@ -37,6 +40,11 @@ class Exporter:
 
     def on_span(self, p: int, start: int, end: int, state: int, goid: int) -> None:
         return None
+
+    def on_spans(self, p: int, spans: list[tuple[int, int, int, int]]) -> None:
+        """P ``p``'s next spans, (start, end, state, goid) each, as a SpanModel hands them."""
+        for start, end, state, goid in spans:
+            self.on_span(p, start, end, state, goid)
 
     def add(self, snapshot: Snapshot) -> None:
         raise NotImplementedError
@@ -70,8 +78,22 @@ def export_recording(rec: Recording, exporter: Exporter,
     its start (which goroutine runs where, what waits) is the recording's; the exporter is
     given the counts since the start (delta.since: the snapshot at the start taken off the
     one at the end), the events within it and the P spans cut to it."""
+    if span_s is None and exporter.spans_only:
+        model = _model(rec, exporter, None, exporter.on_spans)
+        for batch in rec:
+            exporter.add_batch(batch)
+            model.feed(batch)
+        model.flush()
+        exporter.add(model.snapshot())  # no findings: a spans-only exporter reads none
+        exporter.recording_read(rec)
+        return model
+    # Imported here: a spans-only export needs no findings (their rules take ~80 ms to import)
+    from gmpmon.findings.engine import snapshot_with_findings
+    from gmpmon.replay import replay_all
+
     if span_s is None:
-        model = Model(rec.header, on_span=exporter.on_span if exporter.wants_spans else None)
+        model = _model(rec, exporter, exporter.on_span if exporter.wants_spans else None,
+                       exporter.on_spans)
         exporter.add(replay_all(rec, model=model, on_batch=exporter.add_batch))
         exporter.recording_read(rec)
         return model
@@ -81,7 +103,12 @@ def export_recording(rec: Recording, exporter: Exporter,
         if end > lo and start < hi:
             exporter.on_span(p, max(start, lo), min(end, hi), state, goid)
 
-    model = Model(rec.header, on_span=on_span if exporter.wants_spans else None)
+    def on_spans(p: int, spans: list[tuple[int, int, int, int]]) -> None:
+        kept = [(max(s, lo), min(e, hi), st, g) for s, e, st, g in spans if e > lo and s < hi]
+        if kept:
+            exporter.on_spans(p, kept)
+
+    model = _model(rec, exporter, on_span if exporter.wants_spans else None, on_spans)
     base: Snapshot | None = None
     started = fed = False  # the span's start reached; events before it fed
     last = 0
@@ -119,6 +146,13 @@ def export_recording(rec: Recording, exporter: Exporter,
     exporter.add(_cut(since(snapshot_with_findings(model), base), lo))
     exporter.recording_read(rec)
     return model
+
+
+def _model(rec: Recording, exporter: Exporter, on_span: SpanSink | None,
+           on_spans: SpansSink) -> Model:
+    if exporter.spans_only:
+        return SpanModel(rec.header, on_spans=on_spans)
+    return Model(rec.header, on_span=on_span)
 
 
 def _ts(e: tuple[int, ...]) -> int:

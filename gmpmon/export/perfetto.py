@@ -57,7 +57,7 @@ K_PARK, K_STEAL = int(Kind.PARK), int(Kind.STEAL)
 K_STW_START, K_STW_END = int(Kind.STW_START), int(Kind.STW_END)
 _KINDS = frozenset((K_PARK, K_STEAL, K_STW_START, K_STW_END))
 P_RUNNING, P_SYSCALL = int(PState.RUNNING), int(PState.SYSCALL)
-_VARINTS, _SMALL = w.VARINTS, w.SMALL
+_VARINTS, _SMALL, _LOW2, _LARGE = w.VARINTS, w.SMALL, w.LOW2, w.SMALL << 14
 _BEGIN = w.fv(9, w.SLICE_BEGIN)
 _END = w.fv(9, w.SLICE_END)
 _INSTANT = w.fv(9, w.INSTANT)
@@ -70,7 +70,8 @@ _INTERNED_FIXED = b"".join(
 class _Seq:
     """One packet sequence: its buffer, its clock's last value, what it has interned."""
 
-    __slots__ = ("bodies", "buf", "ends", "field", "id", "last", "names", "next_iid", "track")
+    __slots__ = ("bodies", "buf", "ends", "field", "id", "instants", "last", "names", "next_iid",
+                 "track")
 
     def __init__(self, seq: int, track: int, origin: int) -> None:
         self.id = seq
@@ -83,6 +84,8 @@ class _Seq:
         # (goid << 3 | state) -> the whole begin packet of that span when it starts where the
         # previous one ended (delta 0): most spans
         self.bodies: dict[int, bytes] = {}
+        # (P, goid, wait reason) -> a park instant's TrackEvent, once its name is interned
+        self.instants: dict[tuple[int, int, int], bytes] = {}
         # An end packet on the default track, by the length of its delta's varint (1..10):
         # everything before the delta's bytes.
         self.ends = tuple(
@@ -100,6 +103,7 @@ class _Seq:
         if len(self.names) >= MAX_INTERNED:
             self.names.clear()
             self.bodies.clear()
+            self.instants.clear()
         self.next_iid += 1
         iid = self.names[name] = self.next_iid
         return iid, w.interned(w.I_NAMES, iid, name)
@@ -124,6 +128,7 @@ class _Seq:
 
 class PerfettoExporter(Exporter):
     wants_spans = True
+    spans_only = True
 
     def __init__(self, header: Header) -> None:
         super().__init__(header)
@@ -212,6 +217,50 @@ class PerfettoExporter(Exporter):
         if len(buf) > self._chunk:
             self._flush(s)
 
+    def on_spans(self, p: int, spans: list[tuple[int, int, int, int]]) -> None:
+        """on_span's work for a P's run of spans, with the sequence's state in locals."""
+        s = self._seqs.get(p)
+        if s is None:
+            s = self._p_seq(p, spans[0][0])
+        if s.id == ODD_SEQ:
+            for start, end, state, goid in spans:
+                self.on_span(p, start, end, state, goid)
+            return
+        buf, bodies, ends, chunk = s.buf, s.bodies, s.ends, self._chunk
+        get, varints, low2, small, large = bodies.get, _VARINTS, _LOW2, _SMALL, _LARGE
+        last = s.last
+        for start, end, state, goid in spans:
+            body = get(goid << 3 | state) if start == last else None
+            if body is None:
+                s.last = last
+                self._begin(s, p, start, state, goid)
+                last = s.last
+            else:
+                buf += body
+            d = end - last
+            if small <= d < large:  # most spans: 16 us to 268 ms
+                v = varints[d >> 14]
+                buf += ends[2 + len(v)]
+                buf += low2[d & 0x3FFF]
+                buf += v
+                last = end
+            elif 0 <= d < small:
+                v = varints[d]
+                buf += ends[len(v)]
+                buf += v
+                last = end
+            elif d >= 0:
+                v = w.varint(d)
+                buf += ends[len(v)]
+                buf += v
+                last = end
+            else:
+                s.event(end, _END)
+            if len(buf) > chunk:
+                s.last = last
+                self._flush(s)
+        s.last = last
+
     def _begin(self, s: _Seq, p: int, start: int, state: int, goid: int) -> None:
         """A span's begin packet the long way: its name interned if new, an argument for a
         P id out of range; remembered for when the next such span starts on the dot."""
@@ -276,22 +325,33 @@ class PerfettoExporter(Exporter):
                 te += w.int_arg(A_P, p)
             s.event(ts, te, intern)
         elif kind == K_PARK and p >= 0:
-            reason = self._reason(a0)
-            iid, intern = s.name(f"park G{g}: {reason}")
-            riid = self._strings.get(reason)
-            if riid is None:
-                if len(self._strings) >= MAX_INTERNED:
-                    self._strings.clear()  # iids keep growing: none is defined twice
-                self._string_iid += 1
-                riid = self._strings[reason] = self._string_iid
-                intern += w.fb(w.I_STRINGS, w.fv(1, riid) + w.fb(2, reason.encode()))
-            te = (_INSTANT + w.fv(11, self._track(p)) + w.fv(10, iid) + w.fv(3, CAT["park"])
-                  + w.int_arg(A_GOID, g) + w.string_arg(A_REASON, riid))
-            if p >= MAX_PROCS:
-                te += w.int_arg(A_P, p)
-            s.event(ts, te, intern)
+            known = s.instants.get((p, g, a0))
+            if known is not None:
+                s.event(ts, known)
+            else:
+                self._park(s, ts, p, g, a0)
         if len(s.buf) > self._chunk:
             self._flush(s)
+
+    def _park(self, s: _Seq, ts: int, p: int, g: int, a0: int) -> None:
+        """A park instant the long way (its name and reason interned if new); its TrackEvent
+        is remembered for the next park of that goroutine on that P for that reason."""
+        reason = self._reason(a0)
+        iid, intern = s.name(f"park G{g}: {reason}")
+        riid = self._strings.get(reason)
+        if riid is None:
+            if len(self._strings) >= MAX_INTERNED:
+                self._strings.clear()  # iids keep growing: none is defined twice
+            self._string_iid += 1
+            riid = self._strings[reason] = self._string_iid
+            intern += w.fb(w.I_STRINGS, w.fv(1, riid) + w.fb(2, reason.encode()))
+        te = (_INSTANT + w.fv(11, self._track(p)) + w.fv(10, iid) + w.fv(3, CAT["park"])
+              + w.int_arg(A_GOID, g) + w.string_arg(A_REASON, riid))
+        if p >= MAX_PROCS:
+            te += w.int_arg(A_P, p)
+        s.event(ts, te, intern)
+        if len(s.instants) < MAX_INTERNED:
+            s.instants[p, g, a0] = te
 
     def add(self, snapshot: Snapshot) -> None:
         for pv in snapshot.procs:

@@ -48,6 +48,9 @@ def _varint(n: int) -> bytes:
 
 
 VARINTS: tuple[bytes, ...] = tuple(_varint(i) for i in range(SMALL))
+# The first two bytes of the varint of any n >= SMALL, by n's low 14 bits (the rest of it is
+# VARINTS[n >> 14] while n < SMALL << 14): the exporter's hot path needs no call.
+LOW2: tuple[bytes, ...] = tuple(bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(SMALL))
 
 
 def varint(n: int) -> bytes:
