@@ -10,8 +10,8 @@
 // keep-alive, Content-Length bodies, as Go's net/http server answers): net/http's client
 // took ~45 us of CPU per request here, three times what the server spends answering it.
 //
-// After -seconds it waits up to -grace for requests still out, then writes to stdout one
-// line "start UNIX_NS" and one line per request "DUE_US DONE_US" (microseconds after start;
+// After -seconds (open loop: or at SIGUSR1) it waits up to -grace for requests still out,
+// then writes to stdout one line "start UNIX_NS" and one line per request "DUE_US DONE_US" (microseconds after start;
 // DONE_US -1: not answered, failed or not 200).
 package main
 
@@ -23,9 +23,11 @@ import (
 	"net"
 	neturl "net/url"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -130,9 +132,19 @@ func main() {
 				}
 			}()
 		}
-		// Release each request when it is due, in 1 ms steps (due times stay exact).
+		// Release each request when it is due, in 1 ms steps (due times stay exact); SIGUSR1
+		// ends the sending early (the requests due later are left out of the output).
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGUSR1)
 		next := 0
+	send:
 		for next < n {
+			select {
+			case <-stop:
+				span = time.Since(start)
+				break send
+			default:
+			}
 			now := time.Since(start)
 			for next < n && time.Duration(due[next])*time.Microsecond <= now {
 				jobs <- job{next, time.Duration(due[next]) * time.Microsecond}
@@ -141,6 +153,9 @@ func main() {
 			time.Sleep(time.Millisecond)
 		}
 		close(jobs)
+		mu.Lock()
+		due = due[:next]
+		mu.Unlock()
 	} else {
 		for w := 0; w < *conns; w++ {
 			wg.Add(1)
