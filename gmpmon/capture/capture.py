@@ -375,7 +375,8 @@ class Capture:
         cpu0 = time.thread_time()
         while not self._stop.is_set():
             t0 = time.monotonic_ns()
-            if self.hotctl is not None:
+            release = t0 >= next_release
+            if self.hotctl is not None and (release or not self.hotctl.cold_only):  # sample: 10 Hz
                 self._window_facts(self.hotctl.poll())
                 if (why := self.hotctl.failure()) is not None:  # said at the end, as a stop
                     self.readers.stopped(self.hotctl.name, CaptureError(why), (), t0)
@@ -384,20 +385,20 @@ class Capture:
                     self._watch_report()
                     self._prior_report(t0)
                     self._next_watch = t0 + WATCH_NS
-            elif self.mode == "default":
+            elif self.mode == "default" and self.hotctl is None:  # the in-thread duty cycle
                 phase = (t0 - cycle_start) % self.period_ns
                 if self._hot_on and phase >= self.window_ns:
                     self._hot_detach()
                 elif not self._hot_on and phase < self.window_ns:
                     self._hot_attach()
-            release = t0 >= next_release
             if release:
-                # Sample mode reads the rings when it releases (every 50 ms, not at every
+                # Sample mode reads the rings when it releases (every 100 ms, not at every
                 # 10-ms poll: a read costs ~40 µs however few records it finds); the uprobe
                 # ring holds seconds of its cold probes, the perf ring ~9 s of samples.
                 w0 = time.thread_time()
                 self._read_ring()
                 self._watch_cpu += time.thread_time() - w0
+                self._poll_runtime(t0)  # counters due at 10 Hz, censuses and notes: no hurry
             if self.sampler is not None and t0 >= next_sample:
                 try:
                     self.sampler.sample(self._pending)
@@ -408,7 +409,6 @@ class Capture:
                 except GmpmonError as e:  # an implausible pointer: stop sampling, go on
                     self._sampler_failed(t0, e)
                 next_sample = t0 + SAMPLE_NS
-            self._poll_runtime(t0)
             if t0 >= next_counters:
                 self.stats.cpu_s = time.thread_time() - cpu0  # a syscall: not every poll
                 # stamped when read: the ring read since t0 takes ms under load
