@@ -186,8 +186,9 @@ def start_hotctl(prog: BpfProgram, plan: ProbePlan, pid: int, budget_pct: float,
     It takes over the sync.Mutex sites' link: this process closes its own copy.
 
     ``cold_only`` (sample mode): the same controller with no hot site and no window, which
-    governs the cold sync.Mutex probes under the budget (coldgov.py); None where there is
-    nothing to govern (no sync.Mutex site) or no uprobe_multi link to pause."""
+    governs the cold sync.Mutex probes under the budget (coldgov.py), started by
+    LazyGovernor once they warrant it; None where there is nothing to govern (no sync.Mutex
+    site) or no uprobe_multi link to pause."""
     from gmpmon.capture.bpfprog import uprobe_multi_supported
 
     sites = [] if cold_only else plan.hot
