@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import functools
 import os
 import threading
 import time
@@ -25,7 +26,7 @@ from gmpmon.capture.bpfprog import BpfProgram, ProbePlan, plan_probes
 from gmpmon.capture.budget import CostStatus, prior_hits_per_s
 from gmpmon.capture.cgroup import CgroupCpuReader
 from gmpmon.capture.gosites import GoSites
-from gmpmon.capture.hotparent import HotControl, WindowFact, attach_cold, start_hotctl
+from gmpmon.capture.hotparent import HotControl, LazyGovernor, WindowFact, attach_cold, start_hotctl
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
 from gmpmon.capture.perfsample import SAMPLE_HZ
 from gmpmon.capture.pipeline import BatchQueue
@@ -57,32 +58,22 @@ from gmpmon.priority import name_thread
 
 MODES = ("sample", "default", "full")
 POLL_S = 0.010
-# The memory sampler's P status reads: 50 Hz. A read of 2 Ps is ~30 µs of the capture thread
-# and each wakeup of it ~20-30 µs on this VM; at 100 Hz the two were a third of gmpmon's CPU
-# in sample mode on an idle target. The on-CPU picture is the perf sampler's (99 Hz by default).
+# The memory sampler's P status reads: 50 Hz (a read of 2 Ps ~30 µs, a wakeup 20-30 µs: at
+# 100 Hz a third of sample mode's CPU on an idle target). On-CPU: the perf sampler's 99 Hz.
 SAMPLE_NS = 20_000_000
-COUNTER_NS = 100_000_000  # full mode
-# Sample and default modes' in-kernel counters (cold probes, sampler outcomes, cgroup; the hot
-# aggregates only move inside default's windows) change slowly: a read of them all is ~300 µs
-# of the capture thread on a loaded machine.
-COUNTER_SAMPLE_NS = 200_000_000
+COUNTER_NS = 100_000_000  # full mode; sample and default modes' counters (cold probes, sampler,
+COUNTER_SAMPLE_NS = 200_000_000  # cgroup) move slowly: a read of them all is ~300 µs
 # Records of different CPUs reach the ring buffer a few µs out of timestamp order; a record
 # is released once it is this much older than the newest poll.
 REORDER_NS = 3_000_000
-# Sample mode hands the model a batch every 100 ms, not every poll: the model thread woke,
-# took the GIL, fed, recorded and waited again 100 times a second (the model orders by
-# timestamp, a snapshot is taken every 250 ms); at 50 ms a batch's fixed part (ring reads,
-# release, queue, feed, frame: ~0.4 ms) was ~0.3% of a core on Prometheus. Default mode does
-# the same when its windows are timed by the controller process (hotctl); full mode, the
-# in-thread duty cycle and triggers (they watch the released records) keep releasing at
-# every 10-ms poll. The rings are read when a batch is released.
+# Sample mode hands the model a batch every 100 ms (the rings are read then), not every poll:
+# a batch's fixed part (ring reads, release, queue, feed, frame) is ~0.4 ms, ~0.3% of a core
+# on Prometheus at 50 ms. So does default mode with its windows timed by hotctl; full mode,
+# the in-thread duty cycle and triggers (they watch the released records) release every poll.
 RELEASE_SAMPLE_NS = 100_000_000
 # Default mode: how often gmpmon's own CPU per probe hit goes to the budget (hotctl).
 WATCH_NS = 250_000_000
-U64 = (1 << 64) - 1
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
-_MUTEX = int(Kind.MUTEX)
-_GO_CREATE = int(Kind.GO_CREATE)
 _LOST = int(Kind.LOST)
 
 
@@ -155,6 +146,7 @@ class Capture:
         self._hot_on = False
         self.budget_pct = budget_pct
         self.hotctl: HotControl | None = None  # default mode: the budgeted window controller
+        self._lazy: LazyGovernor | None = None  # sample mode's, till it starts (hotparent.py)
         self._cost_sent: CostStatus | None = None
         # gmpmon's own CPU per record, for the budget (hotctl's "watch"): this thread's time
         # reading and releasing records, and the model thread's feeding them (charge_model).
@@ -362,24 +354,26 @@ class Capture:
         next_alive = now
         cycle_start = now
         next_release = now
-        if self.mode != "full":  # sample mode: the cold probes' governor only (no window)
-            self.hotctl = start_hotctl(self.prog, self.plan, self.pid, self.budget_pct,
-                                       self.window_ns, self.period_ns,
-                                       prior=self.runtime is not None
-                                       and self.runtime.counters is not None,
-                                       cold_only=self.mode == "sample")
-            if self.hotctl is None and self.mode == "default":
+        if self.mode != "full":  # sample mode: the cold probes' governor only, when due
+            rc = self.runtime is not None and self.runtime.counters is not None
+            start = functools.partial(start_hotctl, self.prog, self.plan, self.pid, self.budget_pct,
+                                      self.window_ns, self.period_ns, prior=rc,
+                                      cold_only=self.mode == "sample")
+            self.hotctl = start() if self.mode == "default" else None
+            if self.mode == "sample":
+                self._lazy = LazyGovernor(start, self.pid, self.budget_pct, now)
+            elif self.hotctl is None:
                 self._hot_attach()
-            elif not self.flight and self.mode == "default":
-                # The controller times the windows in its own process and stamps its facts:
-                # nothing here is due every 10 ms. A window's records (~30k/s on net/http) sit
-                # in the 16 MiB ring until the next release, as sample mode's do.
+            elif not self.flight:
+                # The controller times the windows in its own process: nothing here is due every
+                # 10 ms. A window's records (~30k/s on net/http) wait in the 16 MiB ring.
                 self.release_ns = RELEASE_SAMPLE_NS
                 self.poll_s = SAMPLE_NS / 1e9
         cpu0 = time.thread_time()
         while not self._stop.is_set():
             t0 = time.monotonic_ns()
-            if self.hotctl is not None:
+            release = t0 >= next_release
+            if self.hotctl is not None and (release or not self.hotctl.cold_only):  # sample: 10 Hz
                 self._window_facts(self.hotctl.poll())
                 if (why := self.hotctl.failure()) is not None:  # said at the end, as a stop
                     self.readers.stopped(self.hotctl.name, CaptureError(why), (), t0)
@@ -388,20 +382,20 @@ class Capture:
                     self._watch_report()
                     self._prior_report(t0)
                     self._next_watch = t0 + WATCH_NS
-            elif self.mode == "default":
+            elif self.mode == "default" and self.hotctl is None:  # the in-thread duty cycle
                 phase = (t0 - cycle_start) % self.period_ns
                 if self._hot_on and phase >= self.window_ns:
                     self._hot_detach()
                 elif not self._hot_on and phase < self.window_ns:
                     self._hot_attach()
-            release = t0 >= next_release
             if release:
-                # Sample mode reads the rings when it releases (every 50 ms, not at every
+                # Sample mode reads the rings when it releases (every 100 ms, not at every
                 # 10-ms poll: a read costs ~40 µs however few records it finds); the uprobe
                 # ring holds seconds of its cold probes, the perf ring ~9 s of samples.
                 w0 = time.thread_time()
                 self._read_ring()
                 self._watch_cpu += time.thread_time() - w0
+                self._poll_runtime(t0)  # counters due at 10 Hz, censuses and notes: no hurry
             if self.sampler is not None and t0 >= next_sample:
                 try:
                     self.sampler.sample(self._pending)
@@ -412,17 +406,18 @@ class Capture:
                 except GmpmonError as e:  # an implausible pointer: stop sampling, go on
                     self._sampler_failed(t0, e)
                 next_sample = t0 + SAMPLE_NS
-            self._poll_runtime(t0)
             if t0 >= next_counters:
                 self.stats.cpu_s = time.thread_time() - cpu0  # a syscall: not every poll
                 # stamped when read: the ring read since t0 takes ms under load
                 c0 = time.monotonic_ns()
                 self._read_counters(c0)
+                read_ns = time.monotonic_ns() - c0
+                if self._lazy is not None and self._lazy.due(t0):
+                    self.hotctl, self._lazy = self._lazy.start(), None
                 # Many Ps make the counter map big (per-P latency buckets, the steal matrix):
-                # reading it may not take more than a tenth of the reader's time. Only the
-                # read itself counts: timed from t0, a busy ring's read (tens of ms in full
-                # mode on a loaded server) spaced the reads up to a second apart.
-                next_counters = t0 + max(self.counter_ns, 10 * (time.monotonic_ns() - c0))
+                # reading it may take at most a tenth of the reader's time: the read's own
+                # (from t0, a busy ring's read spaced full mode's reads up to 0.8 s apart).
+                next_counters = t0 + max(self.counter_ns, 10 * read_ns)
             if t0 >= next_alive:
                 if not self._alive():
                     self.target_exited = True
@@ -541,9 +536,11 @@ class Capture:
         for table, p, key, delta in self.prog.counter_deltas():
             ev.append((now, Kind.COUNTER, p, 0, table, key, delta))
         self._mutex_stacks.read_rows(now, ev, self.prog, self.info)  # waits summed in-kernel
-        for probe, delta in self.prog.hit_deltas():
+        for probe, delta in (hits := self.prog.hit_deltas()):
             ev.append((now, Kind.COUNTER, -1, 0, Counter.PROBE_HITS, probe, delta))
             self._hits_total += delta
+        if self._lazy is not None:
+            self._lazy.count(hits)
         self.cgroup.read(now, ev)
         self.kernel.read_counters(now, ev)
         lost = self.prog.lost_delta()

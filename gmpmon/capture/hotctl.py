@@ -30,7 +30,8 @@ and ``quit``. On EOF of
 stdin (the parent died) it detaches and exits; its own exit closes the link in any case.
 
 In sample mode (``cold_only``) the same process runs with no hot site: it opens no window
-and takes no burst, and only governs the cold sync.Mutex probes under the budget (coldgov).
+and takes no burst, and only governs the cold sync.Mutex probes under the budget (coldgov);
+it is started only once their hits warrant it (hotparent.LazyGovernor).
 """
 
 from __future__ import annotations

@@ -10,12 +10,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gmpmon.capture.budget import CostStatus
-from gmpmon.capture.coldgov import MUTEX_HANDLERS
-from gmpmon.capture.hotctl import HotConfig
+from gmpmon.capture.coldgov import COLD_SHARE, MUTEX_HANDLERS
+from gmpmon.capture.hotctl import HotConfig, target_cpu_s
+from gmpmon.probetable import HANDLERS as HANDLER_NAMES
 
 if TYPE_CHECKING:
     from gmpmon.capture.bpfprog import BpfProgram, ProbePlan
@@ -47,7 +49,6 @@ def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
     """The controller's config for this program's hot sites (and its sync.Mutex sites, whose
     link the controller takes over: ``mutex_link_fd``)."""
     from gmpmon.capture.bpfprog import BPF_TRACE_UPROBE_MULTI
-    from gmpmon.probetable import HANDLERS
 
     fn = prog.bpf.load_func(b"gmpmon_probe", prog._kprobe_type, None, BPF_TRACE_UPROBE_MULTI)
     offsets = prog.file_offsets(sites)
@@ -56,7 +57,7 @@ def config_for(prog: BpfProgram, sites: list[Site], pid: int, budget_pct: float,
         prog_fd=fn.fd, hits_fd=prog.bpf[b"hits"].map_fd, cfg_fd=prog.bpf[b"cfg"].map_fd,
         path=prog.path, offsets=offsets, cookies=[s.cookie for s in sites],
         hot_ids=sorted({s.hid for s in sites}),
-        n_handlers=len(HANDLERS), pid=pid, budget_pct=budget_pct, window_ns=window_ns,
+        n_handlers=len(HANDLER_NAMES), pid=pid, budget_pct=budget_pct, window_ns=window_ns,
         period_ns=period_ns, hit_cost_s=hit_cost, prior=prior,
         mutex_link_fd=prog.link_fd("mutex") if mutex else -1,
         mutex_offsets=prog.file_offsets(mutex) if mutex else [],
@@ -185,8 +186,9 @@ def start_hotctl(prog: BpfProgram, plan: ProbePlan, pid: int, budget_pct: float,
     It takes over the sync.Mutex sites' link: this process closes its own copy.
 
     ``cold_only`` (sample mode): the same controller with no hot site and no window, which
-    governs the cold sync.Mutex probes under the budget (coldgov.py); None where there is
-    nothing to govern (no sync.Mutex site) or no uprobe_multi link to pause."""
+    governs the cold sync.Mutex probes under the budget (coldgov.py), started by
+    LazyGovernor once they warrant it; None where there is nothing to govern (no sync.Mutex
+    site) or no uprobe_multi link to pause."""
     from gmpmon.capture.bpfprog import uprobe_multi_supported
 
     sites = [] if cold_only else plan.hot
@@ -205,3 +207,61 @@ def start_hotctl(prog: BpfProgram, plan: ProbePlan, pid: int, budget_pct: float,
     if mutex:
         prog.detach("mutex")  # the controller holds the link now (its copy of the fd)
     return ctl
+
+
+# Sample mode's governor starts only once the sync.Mutex probes cost enough to govern
+# (LazyGovernor): over LAZY_SHARE of the cold share, at CONTENTION_COST_S a contention traced
+# whole (two traps of ~0.8 µs, the entry's user-stack walk ~2.8 µs, the exit's run; coldgov.py).
+CONTENTION_COST_S = 5e-6
+LAZY_SHARE = 0.5
+LAZY_MIN_RATE = 50.0  # lockSlow entries a second below which nothing is worth a process
+LAZY_STEP_NS = 500_000_000  # how long each look at the rate lasts
+_LOCK_ENTER = HANDLER_NAMES.index("lock_enter")
+
+
+class LazyGovernor:
+    """Sample mode's cold-probe governor (``cold_only``), started only when the sync.Mutex
+    probes' hits warrant it. Running all the time, it cost ~0.2-0.4% of a core (its process,
+    its link's pauses, the parent's reads of its reports) on targets with almost no
+    contention to govern: Caddy (~2 contentions a second) and the lab's net/http. Capture
+    feeds it the lockSlow entries its counter reads see; once, in a step of LAZY_STEP_NS,
+    tracing every one of them would cost the target more than LAZY_SHARE of the governor's
+    cold share of the budget (at least LAZY_MIN_RATE a second), ``start`` runs it, and it
+    stays for the rest of the run (it un-cuts the probes itself when they quieten). Until
+    then every contention is traced and the summary has no ``cost``."""
+
+    def __init__(self, start: Callable[[], HotControl | None], pid: int, budget_pct: float,
+                 now_ns: int) -> None:
+        self._start = start
+        self.pid = pid
+        self.allowed = LAZY_SHARE * COLD_SHARE * budget_pct / 100.0  # of the target's CPU
+        self.entries = 0
+        self._since = now_ns
+        self._cpu = self._target_cpu()
+
+    def _target_cpu(self) -> float:
+        try:
+            return target_cpu_s(self.pid)
+        except (OSError, ValueError, IndexError):
+            return -1.0
+
+    def count(self, deltas: list[tuple[int, int]]) -> None:
+        """One counter read's hit deltas (BpfProgram.hit_deltas)."""
+        for probe, delta in deltas:
+            if probe == _LOCK_ENTER:
+                self.entries += delta
+
+    def due(self, now_ns: int) -> bool:
+        """Whether the governor should run now (checked at most once a step)."""
+        dt = (now_ns - self._since) * 1e-9
+        if dt < LAZY_STEP_NS * 1e-9:
+            return False
+        cpu = self._target_cpu()
+        entries, cpu0 = self.entries, self._cpu
+        self._since, self._cpu, self.entries = now_ns, cpu, 0
+        if cpu < 0 or cpu0 < 0 or entries < LAZY_MIN_RATE * dt:
+            return False
+        return entries * CONTENTION_COST_S > self.allowed * (cpu - cpu0)
+
+    def start(self) -> HotControl | None:
+        return self._start()

@@ -101,9 +101,10 @@ def test_windows_keep_their_plan_while_the_model_hogs_the_gil(tmp_path: Path) ->
 
 
 @contextlib.contextmanager
-def pingpong_attached(tmp_path: Path, seconds: int) -> Iterator[tuple[Proc, Path]]:
-    """gmpmon attached in default mode for ``seconds`` to a running ping-pong: (gmpmon's
-    process, its summary's path); the ping-pong is killed on the way out."""
+def pingpong_attached(tmp_path: Path, seconds: int, *opts: str) -> Iterator[tuple[Proc, Path]]:
+    """gmpmon attached (in default mode, unless ``opts`` say) for ``seconds`` to a running
+    ping-pong: (gmpmon's process, its summary's path); the ping-pong is killed on the way
+    out."""
     exe = copy_target(tmp_path, "pingpong")
     target = Proc([str(exe), "-t", "30s", "-wait-stdin"])
     summary = tmp_path / "s.json"
@@ -111,7 +112,7 @@ def pingpong_attached(tmp_path: Path, seconds: int) -> Iterator[tuple[Proc, Path
         target.wait_line("ready")
         target.send("\n")
         yield attach(target.p.pid, "--duration", str(seconds), "--summary-json",
-                     str(summary)), summary
+                     str(summary), *opts), summary
     finally:
         target.kill()
 
@@ -310,6 +311,35 @@ def test_the_cold_mutex_probes_are_cut_back_and_it_is_said(tmp_path: Path, mode:
         assert s["cost"]["windows"] == 0 and s["mode"] == "sample", s["cost"]
 
 
+def controller_of(pid: int) -> int | None:
+    """The pid of gmpmon ``pid``'s controller process (gmpmon.capture.hotctl), if it runs."""
+    for child in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for c in child.read_text().split():
+                if b"gmpmon.capture.hotctl" in Path(f"/proc/{c}/cmdline").read_bytes():
+                    return int(c)
+    return None
+
+
+@pytest.mark.bpf
+def test_sample_mode_starts_no_governor_where_no_lock_contends(tmp_path: Path) -> None:
+    """Sample mode's cold-probe governor is a process of its own, and costs a little of a
+    core: it starts only when the sync.Mutex probes' hits warrant it (LazyGovernor). The
+    ping-pong contends on no sync.Mutex: in 4 s none starts, and the summary has no cost
+    (nothing was governed); lockhot's does (test_the_cold_mutex_probes_are_cut_back...)."""
+    with pingpong_attached(tmp_path, 4, "--mode", "sample") as (gm, summary):
+        seen = []
+        while gm.p.poll() is None:
+            with contextlib.suppress(OSError):  # gmpmon may be gone between the two
+                seen.append(controller_of(gm.p.pid))
+            time.sleep(0.05)
+        assert gm.p.wait(timeout=TIMEOUT) == 0, gm.err
+    s = json.loads(summary.read_text())
+    assert len(seen) > 40 and not any(seen), seen
+    assert s["mode"] == "sample" and s["cost"] is None, s["cost"]
+    assert s["mutex"]["contentions"] == 0, s["mutex"]
+
+
 @pytest.mark.bpf
 def test_a_controller_that_dies_mid_run_is_said_and_the_exit_code_says_so(tmp_path: Path) -> None:
     """The window controller is a child process: when it dies (here SIGKILL, as the OOM
@@ -319,10 +349,7 @@ def test_a_controller_that_dies_mid_run_is_said_and_the_exit_code_says_so(tmp_pa
         ctl = None
         end = time.monotonic() + 20
         while ctl is None and time.monotonic() < end:
-            for child in Path(f"/proc/{gm.p.pid}/task").glob("*/children"):
-                for pid in child.read_text().split():
-                    if b"gmpmon.capture.hotctl" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                        ctl = int(pid)
+            ctl = controller_of(gm.p.pid)
             time.sleep(0.1)
         assert ctl is not None, "no controller process under gmpmon"
         time.sleep(1.0)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -14,7 +16,7 @@ import pytest
 
 from gmpmon.capture.budget import BudgetPlanner
 from gmpmon.capture.hotctl import Controller, HotConfig
-from gmpmon.capture.hotparent import HotControl
+from gmpmon.capture.hotparent import LAZY_MIN_RATE, LAZY_STEP_NS, HotControl, LazyGovernor
 from gmpmon.probetable import HANDLERS
 
 
@@ -78,3 +80,33 @@ def test_a_controller_that_stops_says_what_is_lost(not_bpf: int, cold_only: bool
     assert ("no hot window opens" in why) is not cold_only, why
     assert ("no sync.Mutex contention is traced" in why) is mutex, why
     assert why.endswith("from here on"), why
+
+
+@pytest.fixture
+def busy() -> Iterator[int]:
+    """A process that burns a CPU (the target whose CPU time the lazy start reads)."""
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+@pytest.mark.parametrize(("per_s", "budget", "due"), [(2000, 1.0, True), (60, 10.0, False),
+                                                      (LAZY_MIN_RATE / 2, 1.0, False)])
+def test_sample_modes_governor_starts_when_the_mutex_hits_warrant_it(
+        busy: int, per_s: float, budget: float, due: bool) -> None:
+    """LazyGovernor: the lockSlow entries counted in a step (at CONTENTION_COST_S each) against
+    LAZY_SHARE of the cold share of the budget, of what the target's CPU did meanwhile (a real
+    busy process: ~1 CPU, whatever this machine lets it have). 2,000 a second pass 1% of
+    even a whole CPU; 60 a second do not pass 10% of the 0.03 CPU-s it gets at the very least;
+    under LAZY_MIN_RATE none starts it, whatever it costs."""
+    lock_enter = HANDLERS.index("lock_enter")
+    t0 = time.monotonic_ns()
+    lazy = LazyGovernor(lambda: None, busy, budget, t0)
+    lazy.count([(lock_enter + 1, 10**6)])  # the exits and other probes do not count
+    assert not lazy.due(t0 + LAZY_STEP_NS // 2)  # not a whole step yet
+    time.sleep(0.6)
+    dt = (time.monotonic_ns() - t0) * 1e-9
+    lazy.count([(lock_enter, int(per_s * dt))])
+    assert lazy.due(time.monotonic_ns()) is due
+    assert lazy.entries == 0  # a new step starts
