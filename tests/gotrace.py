@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,8 +119,22 @@ def quantile(values: list[int], q: float) -> int:
     return values[rank - 1]
 
 
-def parse_trace(path: Path) -> TraceFacts:
+def parsed_lines(path: Path) -> Iterator[str]:
+    """The lines of `go tool trace -d=parsed PATH` (1.27's tool), streamed; raises if the tool
+    fails."""
     go = ensure_go("1.27")
+    with subprocess.Popen(
+        [str(go), "tool", "trace", "-d=parsed", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1 << 20,
+    ) as p:
+        assert p.stdout is not None
+        yield from p.stdout
+        err = p.stderr.read() if p.stderr else ""
+    if p.returncode != 0:
+        raise RuntimeError(f"go tool trace -d=parsed {path} failed: {err[-2000:]}")
+
+
+def parse_trace(path: Path) -> TraceFacts:
     facts = TraceFacts()
     runnable_at: dict[int, tuple[str, int]] = {}
     runnable_p: dict[int, int] = {}
@@ -130,115 +145,107 @@ def parse_trace(path: Path) -> TraceFacts:
     taken_on_exit: set[int] = set()  # goids whose syscall's P a syscall exit took
     p_since: dict[int, int] = {}  # P id -> when it went Running
     open_ranges: dict[tuple[int, str], int] = {}
-    with subprocess.Popen(
-        [str(go), "tool", "trace", "-d=parsed", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1 << 20,
-    ) as p:
-        assert p.stdout is not None
-        for line in p.stdout:
-            if line[0] != "M":
-                continue
-            h = _HEAD.match(line)
-            if h is None:
-                continue
-            kind, ts = h.group(4), int(h.group(5))
-            if kind == "StateTransition":
-                t = _TRANSITION.search(line, h.end())
-                if t is None:
-                    pt = _PROC.search(line, h.end())
-                    if pt is None:
-                        continue
-                    pid, pold, pnew = int(pt.group(1)), pt.group(2), pt.group(3)
-                    if pold != pnew:
-                        if not facts.first_ns:
-                            facts.first_ns = ts
-                        facts.last_ns = ts
-                    p_syscallers.pop(pid, None)  # the P stopped: no exit took it from them
-                    if pold == "Syscall" and pnew == "Idle":
-                        facts.proc_steals += 1
-                    elif (pnew == "Idle" and pold == "Running" and h.group(2) == "-1"
-                          and h.group(3) == "-1"):
-                        facts.sysmon_steals += 1
-                        facts.timeline.append((ts, "retake"))
-                    if pnew == "Running" and pid not in p_since:
-                        p_since[pid] = ts
-                    elif pnew != "Running" and pid in p_since:
-                        began = p_since.pop(pid)
-                        facts.p_running_ns[pid] += ts - began
-                        facts.p_running.append((pid, began, ts))
+    for line in parsed_lines(path):
+        if line[0] != "M":
+            continue
+        h = _HEAD.match(line)
+        if h is None:
+            continue
+        kind, ts = h.group(4), int(h.group(5))
+        if kind == "StateTransition":
+            t = _TRANSITION.search(line, h.end())
+            if t is None:
+                pt = _PROC.search(line, h.end())
+                if pt is None:
                     continue
-                goid, old, new, reason = int(t.group(1)), t.group(2), t.group(3), t.group(4)
-                if old != new:
+                pid, pold, pnew = int(pt.group(1)), pt.group(2), pt.group(3)
+                if pold != pnew:
                     if not facts.first_ns:
                         facts.first_ns = ts
                     facts.last_ns = ts
-                facts.transitions[(old, new)] += 1
-                if new == "Runnable":
-                    if old in ("Waiting", "NotExist", "Running", "Syscall"):
-                        runnable_at[goid] = (old, ts)
-                        runnable_p[goid] = int(h.group(2))
-                    if old == "NotExist":
-                        facts.created += 1
-                        facts.timeline.append((ts, "create"))
-                        facts.created_at[goid] = ts
-                    elif old == "Running":
-                        facts.to_runnable[reason] += 1
-                        facts.timeline.append((ts, "yield:" + reason))
-                    elif old == "Syscall":
-                        facts.syscall_lost_p += 1
-                        facts.timeline.append((ts, "lost-p"))
-                        back_at[goid] = ts
-                        if goid in in_syscall:
-                            span = (in_syscall.pop(goid), ts)
-                            facts.lost_p_spans.append(span)
-                            if goid in taken_on_exit:
-                                facts.lost_p_taken_on_exit.append(span)
-                elif new == "Syscall" and old == "Running":
-                    facts.syscalls += 1
-                    facts.timeline.append((ts, "syscall"))
-                    in_syscall[goid] = ts
-                    syscall_p[goid] = int(h.group(2))
-                    p_syscallers.setdefault(int(h.group(2)), set()).add(goid)
-                elif new == "Running" and old == "Runnable":
-                    on_p = int(h.group(2))
-                    if ts - back_at.pop(goid, -EXIT_TAKE_NS - 1) <= EXIT_TAKE_NS:
-                        # back from a syscall and running at once on a P that others' syscalls
-                        # still hold, which never stopped: exitsyscallfast took it from them
-                        taken_on_exit.update(g for g in p_syscallers.pop(on_p, set())
-                                             if g != goid)
-                    facts.starts_by_p[on_p] += 1
-                    facts.timeline.append((ts, "start"))
-                    was = runnable_at.pop(goid, None)
-                    if was is not None:
-                        facts.latencies.append((was[0], ts - was[1]))
-                    made_on = runnable_p.pop(goid, -1)
-                    if made_on >= 0 and made_on != on_p:
-                        facts.moved += 1
-                        facts.timeline.append((ts, "moved"))
-                        if was is not None and was[0] == "NotExist":
-                            facts.moved_created += 1
-                elif new == "Waiting" and old == "Running":
-                    facts.parks[reason] += 1
-                    facts.timeline.append((ts, "park:" + reason))
-                    runnable_at.pop(goid, None)
-                if old == "Syscall":  # out of the syscall, with or without its P
-                    p_syscallers.get(syscall_p.pop(goid, -1), set()).discard(goid)
-                    taken_on_exit.discard(goid)
-            elif kind in ("RangeBegin", "RangeEnd"):
-                n = _NAME.search(line, h.end())
-                if n is None or not n.group(1).startswith("stop-the-world"):
-                    continue
-                key = (int(h.group(1)), n.group(1))
-                if kind == "RangeBegin":
-                    open_ranges[key] = ts
-                elif key in open_ranges:
-                    facts.stw.append((n.group(1), open_ranges.pop(key), ts))
-        for pid, since in p_since.items():
-            facts.p_running_ns[pid] += facts.last_ns - since
-            facts.p_running.append((pid, since, facts.last_ns))
-        err = p.stderr.read() if p.stderr else ""
-    if p.returncode != 0:
-        raise RuntimeError(f"go tool trace -d=parsed {path} failed: {err[-2000:]}")
+                p_syscallers.pop(pid, None)  # the P stopped: no exit took it from them
+                if pold == "Syscall" and pnew == "Idle":
+                    facts.proc_steals += 1
+                elif (pnew == "Idle" and pold == "Running" and h.group(2) == "-1"
+                      and h.group(3) == "-1"):
+                    facts.sysmon_steals += 1
+                    facts.timeline.append((ts, "retake"))
+                if pnew == "Running" and pid not in p_since:
+                    p_since[pid] = ts
+                elif pnew != "Running" and pid in p_since:
+                    began = p_since.pop(pid)
+                    facts.p_running_ns[pid] += ts - began
+                    facts.p_running.append((pid, began, ts))
+                continue
+            goid, old, new, reason = int(t.group(1)), t.group(2), t.group(3), t.group(4)
+            if old != new:
+                if not facts.first_ns:
+                    facts.first_ns = ts
+                facts.last_ns = ts
+            facts.transitions[(old, new)] += 1
+            if new == "Runnable":
+                if old in ("Waiting", "NotExist", "Running", "Syscall"):
+                    runnable_at[goid] = (old, ts)
+                    runnable_p[goid] = int(h.group(2))
+                if old == "NotExist":
+                    facts.created += 1
+                    facts.timeline.append((ts, "create"))
+                    facts.created_at[goid] = ts
+                elif old == "Running":
+                    facts.to_runnable[reason] += 1
+                    facts.timeline.append((ts, "yield:" + reason))
+                elif old == "Syscall":
+                    facts.syscall_lost_p += 1
+                    facts.timeline.append((ts, "lost-p"))
+                    back_at[goid] = ts
+                    if goid in in_syscall:
+                        span = (in_syscall.pop(goid), ts)
+                        facts.lost_p_spans.append(span)
+                        if goid in taken_on_exit:
+                            facts.lost_p_taken_on_exit.append(span)
+            elif new == "Syscall" and old == "Running":
+                facts.syscalls += 1
+                facts.timeline.append((ts, "syscall"))
+                in_syscall[goid] = ts
+                syscall_p[goid] = int(h.group(2))
+                p_syscallers.setdefault(int(h.group(2)), set()).add(goid)
+            elif new == "Running" and old == "Runnable":
+                on_p = int(h.group(2))
+                if ts - back_at.pop(goid, -EXIT_TAKE_NS - 1) <= EXIT_TAKE_NS:
+                    # back from a syscall and running at once on a P that others' syscalls
+                    # still hold, which never stopped: exitsyscallfast took it from them
+                    taken_on_exit.update(g for g in p_syscallers.pop(on_p, set())
+                                         if g != goid)
+                facts.starts_by_p[on_p] += 1
+                facts.timeline.append((ts, "start"))
+                was = runnable_at.pop(goid, None)
+                if was is not None:
+                    facts.latencies.append((was[0], ts - was[1]))
+                made_on = runnable_p.pop(goid, -1)
+                if made_on >= 0 and made_on != on_p:
+                    facts.moved += 1
+                    facts.timeline.append((ts, "moved"))
+                    if was is not None and was[0] == "NotExist":
+                        facts.moved_created += 1
+            elif new == "Waiting" and old == "Running":
+                facts.parks[reason] += 1
+                facts.timeline.append((ts, "park:" + reason))
+                runnable_at.pop(goid, None)
+            if old == "Syscall":  # out of the syscall, with or without its P
+                p_syscallers.get(syscall_p.pop(goid, -1), set()).discard(goid)
+                taken_on_exit.discard(goid)
+        elif kind in ("RangeBegin", "RangeEnd"):
+            n = _NAME.search(line, h.end())
+            if n is None or not n.group(1).startswith("stop-the-world"):
+                continue
+            key = (int(h.group(1)), n.group(1))
+            if kind == "RangeBegin":
+                open_ranges[key] = ts
+            elif key in open_ranges:
+                facts.stw.append((n.group(1), open_ranges.pop(key), ts))
+    for pid, since in p_since.items():
+        facts.p_running_ns[pid] += facts.last_ns - since
+        facts.p_running.append((pid, since, facts.last_ns))
     return facts
 
 
@@ -260,50 +267,41 @@ def mutex_parks(path: Path) -> MutexParks:
     """Every function on the stacks of a trace's sync.Mutex parks, with the parks and the
     parked time it was on the stack of (so a lock's caller, and its callers, are found by
     name, as gmpmon's lock-contention finding names its site)."""
-    go = ensure_go("1.27")
     out = MutexParks()
     parked: dict[int, tuple[int, set[str]]] = {}  # goid -> (since, functions on its stack)
     first = last = 0
     stack: set[str] | None = None  # the stack being read (of the park just seen)
     goid = since = 0
-    with subprocess.Popen(
-        [str(go), "tool", "trace", "-d=parsed", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1 << 20,
-    ) as p:
-        assert p.stdout is not None
-        for line in p.stdout:
-            if line[:1] == "\t":
-                if stack is not None and " @ " in line and not line.startswith("\t\t"):
-                    stack.add(line.strip().split(" @ ", 1)[0])
-                continue
-            if stack is not None and not line.startswith("TransitionStack"):
-                if "sync.(*Mutex).Lock" in stack:
-                    parked[goid] = (since, stack)
-                stack = None
-            if line[:1] != "M":
-                continue
-            h = _HEAD.match(line)
-            if h is None or h.group(4) != "StateTransition":
-                continue
-            t = _TRANSITION.search(line, h.end())
-            if t is None:
-                continue
-            ts, g, old, new = int(h.group(5)), int(t.group(1)), t.group(2), t.group(3)
-            if old == new:
-                continue
-            first = first or ts
-            last = ts
-            if old == "Running" and new == "Waiting" and t.group(4) == "sync":
-                stack, goid, since = set(), g, ts
-            elif old == "Waiting" and g in parked:
-                began, fns = parked.pop(g)
-                out.total_parks += 1
-                out.total_ns += ts - began
-                for fn in fns:
-                    out.parks[fn] += 1
-                    out.parked_ns[fn] += ts - began
-        err = p.stderr.read() if p.stderr else ""
-    if p.returncode != 0:
-        raise RuntimeError(f"go tool trace -d=parsed {path} failed: {err[-2000:]}")
+    for line in parsed_lines(path):
+        if line[:1] == "\t":
+            if stack is not None and " @ " in line and not line.startswith("\t\t"):
+                stack.add(line.strip().split(" @ ", 1)[0])
+            continue
+        if stack is not None and not line.startswith("TransitionStack"):
+            if "sync.(*Mutex).Lock" in stack:
+                parked[goid] = (since, stack)
+            stack = None
+        if line[:1] != "M":
+            continue
+        h = _HEAD.match(line)
+        if h is None or h.group(4) != "StateTransition":
+            continue
+        t = _TRANSITION.search(line, h.end())
+        if t is None:
+            continue
+        ts, g, old, new = int(h.group(5)), int(t.group(1)), t.group(2), t.group(3)
+        if old == new:
+            continue
+        first = first or ts
+        last = ts
+        if old == "Running" and new == "Waiting" and t.group(4) == "sync":
+            stack, goid, since = set(), g, ts
+        elif old == "Waiting" and g in parked:
+            began, fns = parked.pop(g)
+            out.total_parks += 1
+            out.total_ns += ts - began
+            for fn in fns:
+                out.parks[fn] += 1
+                out.parked_ns[fn] += ts - began
     out.span_ns = last - first
     return out
