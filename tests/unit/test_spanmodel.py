@@ -6,6 +6,7 @@ reads back as the Model's spans, whole and cut to --from/--to."""
 
 from __future__ import annotations
 
+import gc
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -143,3 +144,30 @@ def test_a_perfetto_export_holds_the_models_spans(name: str) -> None:
         )
         assert sum(spans.values()) > 100
         assert got == spans
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_spans_only_export_leaves_the_cyclic_gc_as_it_was(enabled: bool) -> None:
+    """export_recording turns the cyclic GC off for a spans-only replay (a collection every
+    700 tuples): it is back on after it, also when the exporter fails, and off if it was."""
+    path = str(DATA / "caddy-wrk-default.gmp")
+
+    class Fails(Exporter):
+        spans_only = True
+
+        def on_spans(self, p: int, spans: list[tuple[int, int, int, int]]) -> None:
+            assert not gc.isenabled()
+            raise RuntimeError("exporter failed")
+
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        rec = read_recording(path)
+        ex = make_exporter("perfetto", rec.header)
+        export_recording(rec, ex)
+        assert gc.isenabled() is enabled
+        with pytest.raises(RuntimeError, match="exporter failed"):
+            export_recording(read_recording(path), Fails(rec.header))
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
