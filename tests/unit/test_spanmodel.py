@@ -171,3 +171,38 @@ def test_a_spans_only_export_leaves_the_cyclic_gc_as_it_was(enabled: bool) -> No
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_a_perfetto_export_in_many_bundles_reads_as_in_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bundles are compressed in a thread, one at a time, into the spool in their order: with
+    a buffer of 4 KB (a bundle a run of spans, on every sequence) the trace reads
+    back as the one-bundle export does, every slice and instant at its time; a bundle that
+    cannot be written fails the export (raised in the exporter's thread)."""
+    import gmpmon.export.perfetto as perfetto
+
+    path = str(DATA / "wide64.gmp")  # 64 Ps: 66 sequences
+
+    def export() -> bytes:
+        rec = read_recording(path)
+        ex = make_exporter("perfetto", rec.header)
+        export_recording(rec, ex)
+        return ex.render()
+
+    one = export()
+    monkeypatch.setattr(perfetto, "BUFFER_BYTES", 4096)
+    monkeypatch.setattr(perfetto, "MIN_CHUNK", 1)
+    many = export()
+    top = perfetto_trace.pb.Trace()
+    top.ParseFromString(many)
+    assert sum(1 for p in top.packet if p.HasField("compressed_packets")) > 20
+    a, b = perfetto_trace.read(one), perfetto_trace.read(many)
+    assert sorted(map(repr, a.slices)) == sorted(map(repr, b.slices))
+    assert sorted(map(repr, a.instants)) == sorted(map(repr, b.instants))
+    assert len(a.slices) > 1000 and a.instants
+
+    def full(data: bytes, level: int) -> bytes:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(perfetto.w, "compressed", full)
+    with pytest.raises(OSError, match="No space left"):
+        export()
