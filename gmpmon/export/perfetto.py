@@ -17,8 +17,9 @@ goroutine's "G<goid>" is written once per P, then a small id), the begin packet 
 bundles (``compressed_packets``). The wire format is perfetto_wire.py's.
 
 Memory stays bounded whatever the recording's length: a sequence's packets are compressed
-into an anonymous temporary file once its buffer is past a share of BUFFER_BYTES, and the
-interning tables are cleared past MAX_INTERNED entries (names are then interned anew).
+into an anonymous temporary file once its buffer is past a share of BUFFER_BYTES (by a thread,
+one bundle at a time, while the replay goes on), and the interning tables are cleared past
+MAX_INTERNED entries (names are then interned anew).
 """
 
 from __future__ import annotations
