@@ -17,16 +17,14 @@ goroutine's "G<goid>" is written once per P, then a small id), the begin packet 
 bundles (``compressed_packets``). The wire format is perfetto_wire.py's.
 
 Memory stays bounded whatever the recording's length: a sequence's packets are compressed
-into an anonymous temporary file once its buffer is past a share of BUFFER_BYTES (by a thread,
-one bundle at a time, while the replay goes on), and the interning tables are cleared past
-MAX_INTERNED entries (names are then interned anew).
+into an anonymous temporary file once its buffer is past a share of BUFFER_BYTES, and the
+interning tables are cleared past MAX_INTERNED entries (names are then interned anew).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 from typing import IO
 
 from gmpmon.events import Batch, Header, Kind
@@ -151,10 +149,6 @@ class PerfettoExporter(Exporter):
         self._events: _Seq | None = None  # STW, steals, parks
         self._chunk = BUFFER_BYTES
         self._spool: IO[bytes] | None = None
-        # The bundle being compressed into the spool meanwhile (zlib lets go of the GIL: its
-        # ~0.1 s on a big export run beside the replay), and what made that fail if it did
-        self._compressing: threading.Thread | None = None
-        self._compress_error: BaseException | None = None
         self.procs: set[int] = set()  # Ps with a track
         self.odd = False  # events of P ids out of range, on a track of their own
         self.stw = 0  # pauses on the stop-the-world track
@@ -203,28 +197,8 @@ class PerfettoExporter(Exporter):
             return
         if self._spool is None:
             self._spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the exporter
-        data = bytes(s.buf)
+        self._spool.write(w.compressed(bytes(s.buf), LEVEL))
         s.buf.clear()
-        self._compressed()  # one bundle at a time: the spool keeps their order
-        t = self._compressing = threading.Thread(
-            target=self._compress, args=(self._spool, data), name="perfetto-zlib", daemon=True)
-        t.start()
-
-    def _compress(self, spool: IO[bytes], data: bytes) -> None:
-        try:
-            spool.write(w.compressed(data, LEVEL))
-        except BaseException as e:  # raised in the exporter's thread, by _compressed
-            self._compress_error = e
-
-    def _compressed(self) -> None:
-        """Wait for the bundle being compressed; raise what made it fail."""
-        t = self._compressing
-        if t is not None:
-            t.join()
-            self._compressing = None
-        e = self._compress_error
-        if e is not None:
-            raise e
 
     # ------------------------------------------------------------------ input
 
@@ -452,7 +426,6 @@ class PerfettoExporter(Exporter):
             seqs[id(self._events)] = self._events
         for s in seqs.values():
             self._flush(s)
-        self._compressed()
         f.write(self._meta())
         if self._spool is not None:
             self._spool.seek(0)

@@ -174,10 +174,10 @@ def test_a_spans_only_export_leaves_the_cyclic_gc_as_it_was(enabled: bool) -> No
 
 
 def test_a_perfetto_export_in_many_bundles_reads_as_in_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bundles are compressed in a thread, one at a time, into the spool in their order: with
-    a buffer of 4 KB (a bundle a run of spans, on every sequence) the trace reads
-    back as the one-bundle export does, every slice and instant at its time; a bundle that
-    cannot be written fails the export (raised in the exporter's thread)."""
+    """The spans' fast path flushes a sequence's buffer once a run of spans: with a buffer of
+    4 KB (a bundle a run, on every sequence) the trace reads back as the one-bundle export
+    does, every slice and instant at its time; a bundle that cannot be written fails the
+    export."""
     import gmpmon.export.perfetto as perfetto
 
     path = str(DATA / "wide64.gmp")  # 64 Ps: 66 sequences
