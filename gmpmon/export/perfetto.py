@@ -58,9 +58,16 @@ K_STW_START, K_STW_END = int(Kind.STW_START), int(Kind.STW_END)
 _KINDS = frozenset((K_PARK, K_STEAL, K_STW_START, K_STW_END))
 P_RUNNING, P_SYSCALL = int(PState.RUNNING), int(PState.SYSCALL)
 _VARINTS, _SMALL, _LOW2, _LARGE = w.VARINTS, w.SMALL, w.LOW2, w.SMALL << 14
+_MID = 1 << 21  # deltas from _SMALL up to this take 3 bytes, then 4 up to _LARGE
 _BEGIN = w.fv(9, w.SLICE_BEGIN)
 _END = w.fv(9, w.SLICE_END)
 _INSTANT = w.fv(9, w.INSTANT)
+_CAT_FIELD = {c: w.fv(3, i) for c, i in CAT.items()}
+_CAT_RUNNING, _CAT_SYSCALL = _CAT_FIELD["running"], _CAT_FIELD["syscall"]
+_K_NAME_IID, _K_ARG, _K_TE, _K_INTERNED = (
+    w.key(10, 0), w.key(4, 2), w.key(w.F_TRACK_EVENT, 2), w.key(w.F_INTERNED, 2))
+_K_NAMES = w.key(w.I_NAMES, 2)
+_GOID_ARG = w.fv(1, A_GOID) + w.key(4, 0)  # a goid's DebugAnnotation up to its value
 _INTERNED_FIXED = b"".join(
     [w.interned(w.I_CATEGORIES, i + 1, c) for i, c in enumerate(CATEGORIES)]
     + [w.interned(w.I_ARG_NAMES, i + 1, a) for i, a in enumerate(ARGS)]
@@ -82,8 +89,9 @@ class _Seq:
         self.names: dict[str, int] = {}
         self.next_iid = 0
         # (goid << 3 | state) -> the whole begin packet of that span when it starts where the
-        # previous one ended (delta 0): most spans
-        self.bodies: dict[int, bytes] = {}
+        # previous one ended (delta 0): most spans; and that packet followed by the end's
+        # packet up to its delta, for a delta of 3 bytes (16 us to 2 ms), of 4 (to 268 ms)
+        self.bodies: dict[int, tuple[bytes, bytes, bytes]] = {}
         # (P, goid, wait reason) -> a park instant's TrackEvent, once its name is interned
         self.instants: dict[tuple[int, int, int], bytes] = {}
         # An end packet on the default track, by the length of its delta's varint (1..10):
@@ -106,7 +114,10 @@ class _Seq:
             self.instants.clear()
         self.next_iid += 1
         iid = self.names[name] = self.next_iid
-        return iid, w.interned(w.I_NAMES, iid, name)
+        # w.interned(w.I_NAMES, iid, name), written out: once a goroutine a P runs
+        nb = name.encode("utf-8", "replace")
+        entry = b"\x08" + w.varint(iid) + b"\x12" + w.varint(len(nb)) + nb
+        return iid, _K_NAMES + w.varint(len(entry)) + entry
 
     def ts(self, ts: int) -> bytes:
         """The packet's timestamp fields: a delta on the incremental clock, or, earlier than
@@ -199,11 +210,11 @@ class PerfettoExporter(Exporter):
         if start == s.last:
             # the model's states are PState values (< 8): the key is unique (the P id out of
             # range sequence caches none: its begins carry the P id)
-            body = s.bodies.get(goid << 3 | state)
-            if body is None:
+            got = s.bodies.get(goid << 3 | state)
+            if got is None:
                 self._begin(s, p, start, state, goid)
             else:
-                buf += body
+                buf += got[0]
         else:
             self._begin(s, p, start, state, goid)
         d = end - s.last  # the begin left the clock at ``start`` (unless out of order)
@@ -226,25 +237,33 @@ class PerfettoExporter(Exporter):
             for start, end, state, goid in spans:
                 self.on_span(p, start, end, state, goid)
             return
-        buf, bodies, ends, chunk = s.buf, s.bodies, s.ends, self._chunk
-        get, varints, low2, small, large = bodies.get, _VARINTS, _LOW2, _SMALL, _LARGE
+        buf, ends = s.buf, s.ends
+        get, varints, low2, small, large = s.bodies.get, _VARINTS, _LOW2, _SMALL, _LARGE
+        mid = _MID
         last = s.last
         for start, end, state, goid in spans:
-            body = get(goid << 3 | state) if start == last else None
-            if body is None:
+            got = get(goid << 3 | state) if start == last else None
+            if got is None:
                 s.last = last
                 self._begin(s, p, start, state, goid)
                 last = s.last
             else:
-                buf += body
+                d = end - start
+                if small <= d < mid:  # most spans: 16 us to 2 ms, a 3-byte delta
+                    buf += got[1]  # the begin packet and the end's up to its delta
+                    buf += low2[d & 0x3FFF]
+                    buf += varints[d >> 14]
+                    last = end
+                    continue
+                if mid <= d < large:  # to 268 ms: 4 bytes
+                    buf += got[2]
+                    buf += low2[d & 0x3FFF]
+                    buf += varints[d >> 14]
+                    last = end
+                    continue
+                buf += got[0]
             d = end - last
-            if small <= d < large:  # most spans: 16 us to 268 ms
-                v = varints[d >> 14]
-                buf += ends[2 + len(v)]
-                buf += low2[d & 0x3FFF]
-                buf += v
-                last = end
-            elif 0 <= d < small:
+            if 0 <= d < small:
                 v = varints[d]
                 buf += ends[len(v)]
                 buf += v
@@ -256,31 +275,42 @@ class PerfettoExporter(Exporter):
                 last = end
             else:
                 s.event(end, _END)
-            if len(buf) > chunk:
-                s.last = last
-                self._flush(s)
         s.last = last
+        # Once a run (at most CHUNK_EVENTS spans, ~1 MB), not once a span
+        if len(buf) > self._chunk:
+            self._flush(s)
 
     def _begin(self, s: _Seq, p: int, start: int, state: int, goid: int) -> None:
         """A span's begin packet the long way: its name interned if new, an argument for a
         P id out of range; remembered for when the next such span starts on the dot."""
         if state == P_RUNNING:
-            name, cat = f"G{goid}", "running"
+            name, cat = f"G{goid}", _CAT_RUNNING
         elif state == P_SYSCALL:
-            name, cat = (f"syscall G{goid}" if goid else "syscall"), "syscall"
+            name, cat = (f"syscall G{goid}" if goid else "syscall"), _CAT_SYSCALL
         else:
-            name, cat = _SPAN_NAMES.get(state, ("unknown", "unknown"))
+            name, c = _SPAN_NAMES.get(state, ("unknown", "unknown"))
+            cat = _CAT_FIELD[c]
         iid, intern = s.name(name)
-        te = _BEGIN + w.fv(10, iid) + w.fv(3, CAT[cat])
-        if goid:
-            te += w.int_arg(A_GOID, goid)
+        te = _BEGIN + _K_NAME_IID + w.varint(iid) + cat
+        if goid:  # w.int_arg(A_GOID, goid), written out: once a goroutine a P runs
+            v = w.varint(goid)
+            te += _K_ARG + _VARINTS[3 + len(v)] + _GOID_ARG + v
         if s.id == ODD_SEQ:
             s.event(start, te + w.int_arg(A_P, p), intern)
             return
-        cacheable = start == s.last
-        s.event(start, te, intern)
-        if cacheable and 0 <= state < 8 and goid >= 0:
-            s.bodies[goid << 3 | state] = w.packet(b"\x40\x00" + s.field + w.fb(11, te))
+        if start != s.last or not 0 <= state < 8 or goid < 0:
+            s.event(start, te, intern)
+            return
+        # s.event(start, te, intern) at a delta of 0, the packet without its interned data
+        # remembered for the next such span
+        tef = _K_TE + w.varint(len(te)) + te
+        body = w.packet(b"\x40\x00" + s.field + tef)
+        if intern:
+            s.buf += w.packet(b"\x40\x00" + s.field + _K_INTERNED + w.varint(len(intern))
+                              + intern + tef)
+        else:
+            s.buf += body
+        s.bodies[goid << 3 | state] = (body, body + s.ends[3], body + s.ends[4])
 
     def _reason(self, a0: int) -> str:
         got = self._reasons.get(a0)

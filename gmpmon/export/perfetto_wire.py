@@ -47,10 +47,15 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-VARINTS: tuple[bytes, ...] = tuple(_varint(i) for i in range(SMALL))
+# Both tables are concatenations of one-byte strings (~1.5 ms; a call a value took ~6 ms of
+# each export's start).
+_BYTE = [bytes((i,)) for i in range(256)]
+VARINTS: tuple[bytes, ...] = (*_BYTE[:0x80],
+                              *(lo + hi for hi in _BYTE[1 : SMALL >> 7] for lo in _BYTE[0x80:]))
 # The first two bytes of the varint of any n >= SMALL, by n's low 14 bits (the rest of it is
 # VARINTS[n >> 14] while n < SMALL << 14): the exporter's hot path needs no call.
-LOW2: tuple[bytes, ...] = tuple(bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(SMALL))
+LOW2: tuple[bytes, ...] = tuple(lo + hi for hi in _BYTE[0x80 : 0x80 + (SMALL >> 7)]
+                                for lo in _BYTE[0x80:])
 
 
 def varint(n: int) -> bytes:

@@ -6,6 +6,7 @@ reads back as the Model's spans, whole and cut to --from/--to."""
 
 from __future__ import annotations
 
+import gc
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -143,3 +144,65 @@ def test_a_perfetto_export_holds_the_models_spans(name: str) -> None:
         )
         assert sum(spans.values()) > 100
         assert got == spans
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_spans_only_export_leaves_the_cyclic_gc_as_it_was(enabled: bool) -> None:
+    """export_recording turns the cyclic GC off for a spans-only replay (a collection every
+    700 tuples): it is back on after it, also when the exporter fails, and off if it was."""
+    path = str(DATA / "caddy-wrk-default.gmp")
+
+    class Fails(Exporter):
+        spans_only = True
+
+        def on_spans(self, p: int, spans: list[tuple[int, int, int, int]]) -> None:
+            assert not gc.isenabled()
+            raise RuntimeError("exporter failed")
+
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        rec = read_recording(path)
+        ex = make_exporter("perfetto", rec.header)
+        export_recording(rec, ex)
+        assert gc.isenabled() is enabled
+        with pytest.raises(RuntimeError, match="exporter failed"):
+            export_recording(read_recording(path), Fails(rec.header))
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+def test_a_perfetto_export_in_many_bundles_reads_as_in_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spans' fast path flushes a sequence's buffer once a run of spans: with a buffer of
+    4 KB (a bundle a run, on every sequence) the trace reads back as the one-bundle export
+    does, every slice and instant at its time; a bundle that cannot be written fails the
+    export."""
+    import gmpmon.export.perfetto as perfetto
+
+    path = str(DATA / "wide64.gmp")  # 64 Ps: 66 sequences
+
+    def export() -> bytes:
+        rec = read_recording(path)
+        ex = make_exporter("perfetto", rec.header)
+        export_recording(rec, ex)
+        return ex.render()
+
+    one = export()
+    monkeypatch.setattr(perfetto, "BUFFER_BYTES", 4096)
+    monkeypatch.setattr(perfetto, "MIN_CHUNK", 1)
+    many = export()
+    top = perfetto_trace.pb.Trace()
+    top.ParseFromString(many)
+    assert sum(1 for p in top.packet if p.HasField("compressed_packets")) > 20
+    a, b = perfetto_trace.read(one), perfetto_trace.read(many)
+    assert sorted(map(repr, a.slices)) == sorted(map(repr, b.slices))
+    assert sorted(map(repr, a.instants)) == sorted(map(repr, b.instants))
+    assert len(a.slices) > 1000 and a.instants
+
+    def full(data: bytes, level: int) -> bytes:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(perfetto.w, "compressed", full)
+    with pytest.raises(OSError, match="No space left"):
+        export()
