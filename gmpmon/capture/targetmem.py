@@ -33,6 +33,7 @@ import errno
 import itertools
 import os
 import struct
+import time
 from collections.abc import Callable
 
 from gmpmon.errors import TargetMemoryError
@@ -295,8 +296,16 @@ def exe_id(pid: int) -> tuple[int, int] | None:
 
 def gone(pid: int, exe: tuple[int, int] | None) -> str:
     """Why the process is no longer the one whose executable was ``exe`` ("" while it is):
-    it exited, or it exec'd another program."""
-    if not running(pid):
+    it exited, or it exec'd another program. A process whose exec runs on a thread other
+    than its leader shows the leader as a zombie for a moment (the kernel's de_thread waits
+    for it to die before the exec'ing thread takes its pid): a zombie is looked at twice more,
+    20 and 100 ms on, before it counts as exited (a CI run took an exec for an exit)."""
+    for pause in (0.0, 0.02, 0.1):
+        if pause:
+            time.sleep(pause)
+        if running(pid):
+            break
+    else:
         return "exited"
     if exe is not None and exe_id(pid) not in (exe, None):
         return "exec'd another program"
