@@ -166,7 +166,7 @@ def tui_many(sessions: list[LiveSession], args: argparse.Namespace, stop: StopEv
 
 def headless_many(sessions: list[LiveSession], args: argparse.Namespace,
                   stop: StopEvent) -> None:
-    from gmpmon.report import interval_legend, interval_line
+    from gmpmon.interval import interval_legend, interval_line
 
     for s in sessions:
         h = s.header

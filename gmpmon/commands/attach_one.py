@@ -231,7 +231,7 @@ def tui(
 
 
 def headless(session: LiveSession, args: argparse.Namespace, stop: StopEvent) -> None:
-    from gmpmon.report import interval_legend, interval_line
+    from gmpmon.interval import interval_legend, interval_line
 
     h = session.header
     info = session.info

@@ -107,7 +107,7 @@ def _replay(rec: Recording, interval: float | None, out: Callable[[str], object]
 
     if not interval:
         return replay_all(rec)
-    from gmpmon.report import interval_legend, interval_line
+    from gmpmon.interval import interval_legend, interval_line
 
     out(interval_legend(interval, rec.header.mode) + "\n")
     model = Model(rec.header)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gmpmon.findings.engine import snapshot_with_findings
+from gmpmon.interval import interval_line
 from gmpmon.model import Model
 from gmpmon.record import read_recording
-from gmpmon.report import interval_line
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 RECORDINGS = sorted(DATA.glob("*.gmp"))

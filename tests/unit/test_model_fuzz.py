@@ -11,8 +11,9 @@ from gmpmon.export.folded import LINE_RE, FoldedExporter
 from gmpmon.export.json import summary
 from gmpmon.export.perfetto import PerfettoExporter
 from gmpmon.export.pprof import PprofExporter
+from gmpmon.interval import interval_line
 from gmpmon.model import Model
-from gmpmon.report import interval_line, text_report
+from gmpmon.report import text_report
 from tests import perfetto_trace
 from tests.unit.test_model_scenarios import header
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from gmpmon.events import Batch, Counter, EventTuple, Kind
 from gmpmon.export.json import summary
+from gmpmon.interval import interval_legend, interval_line
 from gmpmon.model import Model
-from gmpmon.model.snapshot import Snapshot
-from gmpmon.report import fmt_ns, interval_legend, interval_line, text_report
+from gmpmon.model.snapshot import PState, Snapshot
+from gmpmon.report import fmt_ns, text_report
 from tests.unit.test_model_scenarios import CHANRECV, SLEEP, ev, header, run
 
 SCHEMA_KEYS = {
@@ -259,3 +260,27 @@ def test_text_report_percentiles_are_bucket_bounds_and_units_match_the_tui() -> 
     assert re.search(r"p99 ≤ \d", line), line
     assert "us" not in re.sub(r"\w+us\b", "", line.replace("µs", ""))  # no ASCII "us" units
     assert "internal/sync.(*Mutex).lockSlow" in out  # not cut to "sync.(*Mutex).lockSlow"
+
+
+def test_an_interval_line_at_64_ps_counts_the_ps_it_leaves_out() -> None:
+    """wide64.gmp (64 Ps): the letters that fit, then every P left out counted by state; the
+    counts add up to the Ps, and the line fits 80 columns."""
+    from gmpmon.record import read_recording
+
+    r = read_recording(str(Path(__file__).resolve().parent.parent / "data" / "wide64.gmp"))
+    m = Model(r.header)
+    for b in r:
+        m.feed(b)
+    m.flush()
+    snap = m.snapshot()
+    line = interval_line(snap, None)
+    assert len(line) <= 80, line
+    got = re.search(r"\[([RSIYG?]*) \+(\d+): ((?:\d+[RSIYG?] ?)+)\]", line)
+    assert got is not None, line
+    shown, rest, counts = got.group(1), int(got.group(2)), got.group(3).split()
+    assert len(shown) + rest == len(snap.procs) == 64, line
+    assert sum(int(c[:-1]) for c in counts) == rest, line
+    letters = {PState.RUNNING: "R", PState.SEARCHING: "S", PState.IDLE: "I",
+               PState.SYSCALL: "Y", PState.GCSTOP: "G", PState.UNKNOWN: "?"}
+    left_out = [letters[PState(p.state)] for p in snap.procs[len(shown):]]
+    assert sorted(f"{left_out.count(c[-1])}{c[-1]}" for c in counts) == sorted(counts), line
