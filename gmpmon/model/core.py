@@ -242,12 +242,17 @@ class Model:
             self._pending = []
             self._apply(ready)
 
-    def _apply(self, events: list[EventTuple]) -> None:
+    def _batch_begins(self, events: list[EventTuple]) -> None:
+        """Once a batch (the Model's and the SpanModel's _apply): late events counted, the
+        first timestamp set."""
         if events[0][0] < self.applied_ts:
             self.late_events += sum(1 for e in events if e[0] < self.applied_ts)
         if self.first_ts < 0:
             self.first_ts = events[0][0]
             self.findings.begin(self.first_ts)
+
+    def _apply(self, events: list[EventTuple]) -> None:
+        self._batch_begins(events)
         handlers = self._handlers
         for e in events:
             fn = handlers[e[1] & 0xFF]

@@ -73,11 +73,7 @@ class SpanModel(Model):
         self._spans_table = table
 
     def _apply(self, events: list[EventTuple]) -> None:
-        if events[0][0] < self.applied_ts:
-            self.late_events += sum(1 for e in events if e[0] < self.applied_ts)
-        if self.first_ts < 0:
-            self.first_ts = events[0][0]
-            self.findings.begin(self.first_ts)
+        self._batch_begins(events)
         sched = self.sched
         gs, procs = sched.gs, sched.procs
         new_g, new_p, p_to = sched.g, sched.proc, sched.p_to
