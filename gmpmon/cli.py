@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -69,6 +70,7 @@ def entry() -> None:
     The exit itself (the kernel freeing gmpmon's maps, perf events and ~200 MB of memory)
     runs at the attach's raised priority: at its own, beside 64 busy target threads on 2
     CPUs, it took up to 0.5 s."""
+    _whole_lines()
     code = main()
     if _chosen_command(sys.argv[1:]) in ("attach", "run", "goroutines"):
         for stream in (sys.stdout, sys.stderr):
@@ -80,6 +82,32 @@ def entry() -> None:
             priority.boost(every_thread=True)
         os._exit(code)  # also unboosted: freeing 100k goroutines' objects is CPU for nothing
     sys.exit(code)
+
+
+class _WholeLines(io.TextIOWrapper):
+    """Flushed when a write ends a line: print()'s text (inner newlines and all) and its
+    newline leave in one write(2). Plain line buffering flushes at any newline, so a
+    multi-line print still went out as text, then its last newline."""
+
+    def write(self, s: str) -> int:
+        n = super().write(s)
+        if s.endswith("\n"):
+            self.flush()
+        return n
+
+
+def _whole_lines() -> None:
+    """Each line gmpmon prints reaches the kernel in one write. Under PYTHONUNBUFFERED
+    (set in many containers and CI images) print() writes a line's text and its newline
+    in two writes, and `gmpmon run`'s program shares gmpmon's stdout and stderr: one of its
+    lines landed between the two, glued to the end of gmpmon's (a CI failure: the oracle's
+    "oracle {...}" line no longer started a line)."""
+    for name in ("stdout", "stderr"):
+        s = getattr(sys, name)
+        raw = getattr(s, "buffer", None)
+        if isinstance(raw, io.FileIO):  # unbuffered: give it a buffer, flushed per line
+            setattr(sys, name, _WholeLines(io.BufferedWriter(raw, 1 << 16), encoding=s.encoding,
+                                           errors=s.errors))
 
 
 def _boosted(argv: list[str]) -> bool:
