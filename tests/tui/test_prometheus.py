@@ -194,6 +194,21 @@ def test_goroutine_table_is_the_census_in_default_mode(snap_compare: Any) -> Non
                         run_before=_goroutine_table)
 
 
+async def test_slash_filters_the_census_goroutines_by_wait_reason() -> None:
+    app = make_app(replay())
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        await pilot.press("4", "w", "slash", *"IO wait", "enter")
+        await pilot.pause()
+        snap = app.snapshot
+        assert snap is not None and snap.runtime is not None and snap.runtime.census
+        want = sum(r.count for r in snap.runtime.census.rows
+                   if not r.system and r.reason == "IO wait")
+        table: DataTable[Any] = app.query_one("#g-table", DataTable)
+        cells = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert len(cells) == want > 0 and all(r[3] == "IO wait" for r in cells), cells
+
+
 def header_and_keys_facts(pilot: Pilot[Any]) -> None:
     """80x24: the second header line keeps the cost and budget; the key bar, every key."""
     app = pilot.app

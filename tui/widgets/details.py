@@ -167,7 +167,8 @@ def goroutine_matches(g: GoroutineView, text: str) -> bool:
     if not text:
         return True
     needle = text.lower()
-    hay = (f"g{g.goid} {g.goid} {GSTATE_WORD.get(g.state, '?')} {g.wait_reason} "
+    hay = (f"g{g.goid} {g.goid} {g.census_state or GSTATE_WORD.get(g.state, '?')} "
+           f"{g.wait_reason} "
            f"parent {g.parent} p{g.p} {g.start} {g.created_at}").lower()
     return needle in hay
 
