@@ -167,9 +167,11 @@ CENSUS_WAIT        Same key as CENSUS_STATE: m = goroutines with ``waitsince`` s
                    their waits ns, a1 = the longest wait ns.
 CENSUS_SITE        a0 = creation site id into ``Batch.stacks`` (root first: the function with
                    the ``go`` statement, then the goroutine's start function), a1 = goroutines.
-CENSUS_G           G ``g`` is alive with go site a0 (as GO_CREATE's a1), sent once per
-                   goroutine (again only if its site changed); a0 = 0: G ``g`` has left
-                   ``allgs``' live set since the previous complete walk.
+CENSUS_G           G ``g`` is alive with go site a0 (as GO_CREATE's a1), sent when the
+                   census first sees it and again when its site or state changed; a1 = its
+                   state as CENSUS_STATE's key | :data:`CENSUS_G_STATE` (a1 = 0: recordings
+                   made before the census told each goroutine's state). a0 = 0: G ``g`` has
+                   left ``allgs``' live set since the previous complete walk.
 CENSUS_END         a0 = goroutines walked, a1 = :class:`CensusCut` flags (0 = complete),
                    g = walk duration ns, m = ``allgs`` entries skipped (a pointer outside user
                    space or to no mapped page: not counted).
@@ -463,6 +465,8 @@ CENSUS_SITE_BASE = 1 << 32
 GO_SITE_BASE = 1 << 34
 # Stack ids of census wait stacks (CENSUS_STACK g) start here.
 CENSUS_STACK_BASE = 1 << 36
+# CENSUS_G a1: this bit says the low bits hold the goroutine's state (CENSUS_STATE's key).
+CENSUS_G_STATE = 1 << 40
 # Ids of readers' one-line notes (RT_MISSING g, RT_SKIPPED g: one string each) start here.
 READER_NOTE_BASE = 1 << 38
 

@@ -1,7 +1,8 @@
 """The states the TUI saw each goroutine in, refresh by refresh, for the details screen.
 
-Bounded: only the goroutines of the newest Snapshot (itself bounded by the model), and the
-last HISTORY_LEN changes of each. A replay going back in time starts over.
+Bounded: only the goroutines of the newest Snapshot's table (the census's, else the probes';
+bounded by the model), and the last HISTORY_LEN changes of each. A replay going back in
+time starts over.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ class GHistory:
             self._by_g.clear()
         self.now = snap.now
         keep: dict[int, list[Entry]] = {}
-        for g in snap.goroutines:
+        rows = snap.census_goroutines  # the table's rows: their states are the census's
+        for g in rows if rows is not None else snap.goroutines:
             seen = self._by_g.get(g.goid) or []
             entry = (g.since or snap.now, g.state, g.wait_reason, g.p)
             if not seen or seen[-1][1:] != entry[1:]:

@@ -25,7 +25,15 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from gmpmon.events import LAT_BUCKETS, NO_G, U64_MAX, Counter, EventTuple, Kind
+from gmpmon.events import (
+    CENSUS_G_STATE,
+    LAT_BUCKETS,
+    NO_G,
+    U64_MAX,
+    Counter,
+    EventTuple,
+    Kind,
+)
 from gmpmon.model.evidence import LONG_RUN_NS, FindingsTracker
 from gmpmon.model.gp import G, P
 from gmpmon.model.latency import Latency
@@ -110,6 +118,9 @@ class Sched(Part):
         self.procs: dict[int, P] = {}
         self.gs: dict[int, G] = {}
         self.sites: dict[int, int] = {}  # goid -> go site (CENSUS_G), bounded as gs is
+        # goid -> its state as of the newest census (CENSUS_STATE's key); same keys as sites
+        self.census_gs: dict[int, int] = {}
+        self.census_views: dict[int, tuple[object, Any]] = {}  # model/view.py's rows, cached
         self.dead: deque[G] = deque(maxlen=recent_dead)
         self.evicted_live = 0
         self.epoch = 0
@@ -379,12 +390,16 @@ class Sched(Part):
         gg.ready_ts = ts
         gg.wake = WAKE_CREATED
 
-    def on_census_g(self, e: EventTuple) -> None:  # the census: g's go site, or g gone (0)
+    def on_census_g(self, e: EventTuple) -> None:
+        """The census: g's go site and its state as of the walk (a1), or g gone (a0 = 0)."""
         g, sid, gg = e[4], e[5], self.gs.get(e[4])
         if not sid:
             self.sites.pop(g, None)
+            self.census_gs.pop(g, None)
         elif len(self.sites) < self.max_goroutines or g in self.sites:
             self.sites[g] = sid
+            if e[6] & CENSUS_G_STATE:
+                self.census_gs[g] = e[6] & ~CENSUS_G_STATE
         if gg is not None and sid:
             gg.site = sid
 

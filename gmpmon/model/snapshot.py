@@ -72,6 +72,12 @@ class GoroutineView:
     wait_ns: int  # total time parked, seen
     start: str = ""  # start function (g.startpc), "" unknown
     created_at: str = ""  # go statement: creating function and file:line, "" unknown
+    # A row of Snapshot.census_goroutines: the state and wait reason are the newest census's,
+    # ``census_state`` its word for the state (Go's: "preempted" and "copystack" too).
+    census_state: str = ""
+    # The probes saw this goroutine: p, since, parent, executes and wait_ns are what they
+    # measured (in default mode, in the windows only); False: none of them is measured.
+    probed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +199,10 @@ class Snapshot:
     cgroup_cpu: CgroupCpu | None = None  # the target's cgroup CPU quota and throttling
     # Perf-event samples and kernel tracepoints (model/kernelview.py); None when neither ran.
     kernel: KernelView | None = None
+    # The census's user goroutines (at most CENSUS_ROWS, model/view.py), each in its state as
+    # of the newest walk, with what the probes saw of it; None when the census told no
+    # goroutine's state (sample of an older recording, or no go-site reader for the binary).
+    census_goroutines: tuple[GoroutineView, ...] | None = None
     # illegal_transitions by kind: "g" (LEGAL_G), "p" (LEGAL_P), "corrupt_id" (P id beyond
     # any runtime's); their sum is illegal_transitions
     violations: dict[str, int] = field(default_factory=dict)

@@ -61,6 +61,10 @@ class Modelled(Protocol):
 
 _PSTATES = tuple(PState)
 _GSTATES = tuple(GState)
+# The census's goroutines in a Snapshot at most (the TUI's table shows as many).
+CENSUS_ROWS = 2000
+_CENSUS_GSTATE = {st.name.lower(): st for st in (GState.RUNNABLE, GState.RUNNING,
+                                                  GState.WAITING, GState.SYSCALL)}
 
 
 def build(model: Modelled, light: bool = False) -> Snapshot:
@@ -74,7 +78,8 @@ def build(model: Modelled, light: bool = False) -> Snapshot:
         if not (light and part.costly):
             fields.update(part.section(at))
     fields["procs"] = procs(model, at)
-    fields["goroutines"] = goroutines(model)
+    fields["goroutines"] = recent = goroutines(model)
+    fields["census_goroutines"] = census_goroutines(model, recent)
     fields["sources"] = {c.name: c.source for part in model.parts for c in part.sources()}
     missed = [t for t in (model.first_lost_ts, model.cost.first_drop_ts) if t >= 0]
     fields["thinned_since"] = min(missed) if missed else -1
@@ -176,10 +181,7 @@ def goroutines(model: Modelled) -> tuple[GoroutineView, ...]:
 def gview(model: Modelled, gg: G) -> GoroutineView:
     st = gg.state if gg.epoch == model.sched.epoch or gg.state == G_DEAD else G_UNKNOWN
     site = model.ctx.stacks.get(gg.site, ()) if gg.site else ()
-    start, created_at = "", ""
-    if len(site) == 3:  # (start function, creating function, file:line): capture/gosites.py
-        start = site[0]
-        created_at = f"{site[1]} {site[2]}" if site[2] else site[1]
+    start, created_at = _site_words(site)
     return GoroutineView(
         goid=gg.goid,
         state=_GSTATES[st],
@@ -196,3 +198,70 @@ def gview(model: Modelled, gg: G) -> GoroutineView:
 
 def _since_goid(gg: G) -> tuple[int, int]:
     return (gg.since, gg.goid)
+
+
+def census_goroutines(model: Modelled,
+                      recent: tuple[GoroutineView, ...]) -> tuple[GoroutineView, ...] | None:
+    """The census's user goroutines, each in its state and wait reason as of the newest walk,
+    with what the probes measured of it where they saw it (``probed``). At most CENSUS_ROWS:
+    those the probes saw last first, then in the census's order. A row is made again only
+    when what it shows changed (``Sched.census_views``: 2,000 new rows a snapshot took 6 ms)."""
+    sched = model.sched
+    states = sched.census_gs
+    if not states:
+        return None
+    g_status, epoch, gs, sites = model.header.g_status, sched.epoch, sched.gs, sched.sites
+    cache = sched.census_views
+    fresh: dict[int, tuple[object, GoroutineView]] = {}
+    out: list[GoroutineView] = []
+
+    def row(goid: int, key: int) -> None:
+        gg = gs.get(goid)
+        sid = sites.get(goid) or (gg.site if gg else 0)
+        seen = (gg.state if gg.epoch == epoch else G_UNKNOWN) if gg is not None else -1
+        token = (key, sid) if gg is None else (key, sid, seen, gg.since, gg.executes,
+                                                gg.wait_ns, gg.p, gg.parent, gg.reason)
+        hit = cache.get(goid)
+        if hit is not None and hit[0] == token:
+            fresh[goid] = hit
+            out.append(hit[1])
+            return
+        status, reason = key & 0xFFFF, (key >> 16) & 0xFFFF
+        word = g_status[status] if 0 <= status < len(g_status) else f"#{status}"
+        state = _CENSUS_GSTATE.get(word, GState.UNKNOWN)
+        why = model.ctx.reason_name(reason) if word == "waiting" else ""
+        start, created_at = _site_words(model.ctx.stacks.get(sid, ()))
+        if gg is None:
+            v = GoroutineView(goid=goid, state=state, p=-1, wait_reason=why, since=0, parent=0,
+                              executes=0, wait_ns=0, start=start, created_at=created_at,
+                              census_state=word, probed=False)
+        else:
+            # In this state since the probes saw it enter it, when they saw the same state.
+            agree = _GSTATES[seen] is state and (state is not GState.WAITING or
+                                                 model.ctx.reason_name(gg.reason) == why)
+            v = GoroutineView(goid=goid, state=state, p=gg.p, wait_reason=why,
+                              since=gg.since if agree else 0, parent=gg.parent,
+                              executes=gg.executes, wait_ns=gg.wait_ns, start=start,
+                              created_at=created_at, census_state=word)
+        fresh[goid] = (token, v)
+        out.append(v)
+
+    for g in recent:
+        key = states.get(g.goid)
+        if key is not None and not key >> 32 and len(out) < CENSUS_ROWS \
+                and g.goid not in fresh:
+            row(g.goid, key)
+    for goid, key in states.items():
+        if len(out) >= CENSUS_ROWS:
+            break
+        if not key >> 32 and goid not in fresh:
+            row(goid, key)
+    sched.census_views = fresh
+    return tuple(out)
+
+
+def _site_words(site: tuple[str, ...]) -> tuple[str, str]:
+    """(start function, creation site) of a go site's frames (capture/gosites.py)."""
+    if len(site) != 3:
+        return "", ""
+    return site[0], f"{site[1]} {site[2]}" if site[2] else site[1]

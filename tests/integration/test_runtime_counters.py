@@ -8,6 +8,7 @@ events into a RuntimeView. Each test checks gmpmon's numbers against the runtime
 - /sched/latencies:seconds: counts within 3%, the same p50 bucket, the same bucket bounds;
 - NumGoroutine at a quiet moment: within 2% of gcount from the counters;
 - the census: exactly 300 goroutines in "chan receive" and 200 in "sleep" (the parked sets);
+  each goroutine's state told once, in the state the walk counted, then only its changes;
 - /sched/pauses/total/gc:seconds (1.22+): same pause count, buckets within 3%;
 - /sync/mutex/wait/total:seconds (1.21+): within 3% of totalMutexWaitTime +
   totalRuntimeLockWaitTime.
@@ -19,6 +20,7 @@ import json
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +30,11 @@ import pytest
 
 from gmpmon.binary import load_pid
 from gmpmon.capture.census import Census
+from gmpmon.capture.censusstacks import census_unwinder
+from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.runtime_counters import RuntimeCounters
 from gmpmon.capture.targetmem import TargetMemory
-from gmpmon.events import CensusCut, EventTuple, Header, Kind
+from gmpmon.events import CENSUS_G_STATE, CensusCut, EventTuple, Header, Kind
 from gmpmon.model.runtime import RuntimePart, RuntimeView, bucket_bounds
 from tests import gotargets
 
@@ -199,6 +203,30 @@ def test_goroutine_count_and_census_of_parked_sets(target: Target) -> None:
     from_main = sorted(s.count for s in c.sites if s.creator == "main.main")
     assert from_main[-2:] == [200, 300], c.sites
     assert all(s.start.startswith("main.main.func") for s in c.sites if s.count >= 200)
+    mem.close()
+
+
+def test_census_tells_each_goroutines_state_and_then_its_changes(target: Target) -> None:
+    """Per goroutine (CENSUS_G, the Goroutines table's rows): the first walk tells every live
+    goroutine in the state that walk counted it in (the per-state counts are the walk's own,
+    the parked ones unwound for their stacks included); the next walk tells only what
+    changed: the 500 parked goroutines did not."""
+    require_globals(target, "runtime.allgs")
+    info = target.info
+    mem = TargetMemory(target.proc.pid)
+    census = Census(info, mem, sites=GoSites(info), unwind=census_unwinder(info, mem))
+    stacks: dict[int, tuple[str, ...]] = {}
+    first: list[EventTuple] = []
+    census.walk(first, stacks)
+    told = {e[4]: e[6] for e in first if e[1] == Kind.CENSUS_G}
+    assert all(a1 & CENSUS_G_STATE for a1 in told.values())
+    counted = Counter({e[5]: e[6] for e in first if e[1] == Kind.CENSUS_STATE})
+    assert Counter(a1 & ~CENSUS_G_STATE for a1 in told.values()) == counted
+    assert sum(counted.values()) >= 500
+    again: list[EventTuple] = []
+    census.walk(again, stacks)
+    changed = [e for e in again if e[1] == Kind.CENSUS_G]
+    assert len(changed) < 50, changed
     mem.close()
 
 

@@ -5,7 +5,8 @@
 Each SVG snapshot comes with what the screen must say, checked before the picture is taken
 (a snapshot alone cannot fail on its first run): the timeline reads (the Ps' work, not one
 mark per pause), the Goroutines table is filled from the census, and at 80x24 the header keeps
-what watching costs and the key bar keeps every key.
+what watching costs and the key bar keeps every key. The goroutine table (`w`) lists the
+census's goroutines in the census's states.
 """
 
 from __future__ import annotations
@@ -131,6 +132,81 @@ async def _goroutines(pilot: Pilot[Any]) -> None:
 
 def test_goroutines_table_is_filled_from_the_census_in_default_mode(snap_compare: Any) -> None:
     assert snap_compare(make_app(replay()), terminal_size=(120, 36), run_before=_goroutines)
+
+
+def goroutine_table_facts(pilot: Pilot[Any]) -> list[list[str]]:
+    """`w`: the goroutine table. One row per user goroutine of the newest census, each in the
+    census's state and wait reason (their counts are the census's, and the summary says
+    them); what the probes measured (runs, wait time) where they saw it, "–" where not."""
+    app = pilot.app
+    snap = app.snapshot
+    assert snap is not None and snap.runtime is not None and snap.mode == "default"
+    census = snap.runtime.census
+    assert census is not None and snap.census_goroutines is not None
+    table: DataTable[Any] = app.query_one("#g-table", DataTable)
+    cells = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+    by_census = Counter({(r.state, r.reason): r.count for r in census.rows if not r.system})
+    assert table.row_count == census.goroutines == sum(by_census.values()) > 0, cells
+    assert Counter((r[1], r[3]) for r in cells) == by_census, cells
+    text = screen_text(app)
+    line = next(ln for ln in text.splitlines() if f"census #{census.seq}: " in ln)
+    assert f"census #{census.seq}: {census.goroutines} goroutines" in line, line
+    for state, n in Counter(r[1] for r in cells).items():
+        assert f"  {state} {n}  " in line, (state, n, line)
+    probed = {g.goid for g in snap.census_goroutines if g.probed}
+    assert 0 < len(probed) < len(cells), probed  # default mode: the windows saw a few
+    assert f"probes saw {len(probed)} " in line, line
+    for r in cells:
+        if int(r[0]) in probed:
+            assert r[6].isdigit() and r[2].isdigit(), r  # runs, the P it ran on
+        else:
+            assert r[2] == r[4] == r[6] == "–", r  # not measured, never 0
+    return cells
+
+
+async def _goroutine_table(pilot: Pilot[Any]) -> None:
+    await pilot.pause()
+    await pilot.press("4", "w")
+    await pilot.pause()
+    cells = goroutine_table_facts(pilot)
+    table: DataTable[Any] = pilot.app.query_one("#g-table", DataTable)
+    assert table.cursor_row == 0
+    await pilot.press("j", "j", "down")
+    assert table.cursor_row == 3
+    await pilot.press("k", "up")
+    assert table.cursor_row == 1
+    await pilot.press("G")
+    assert table.cursor_row == len(cells) - 1
+    await pilot.press("g")
+    assert table.cursor_row == 0
+    await pilot.press("j", "enter")
+    await pilot.pause()
+    detail = screen_text(pilot.app)
+    goid, state = cells[1][0], cells[1][1]
+    assert re.search(rf"G{goid} +{state} ", detail), detail
+    assert re.search(r"state and wait reason as of census #\d+", detail), detail
+    await pilot.press("escape")
+    await pilot.pause()
+
+
+def test_goroutine_table_is_the_census_in_default_mode(snap_compare: Any) -> None:
+    assert snap_compare(make_app(replay()), terminal_size=(120, 36),
+                        run_before=_goroutine_table)
+
+
+async def test_slash_filters_the_census_goroutines_by_wait_reason() -> None:
+    app = make_app(replay())
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        await pilot.press("4", "w", "slash", *"IO wait", "enter")
+        await pilot.pause()
+        snap = app.snapshot
+        assert snap is not None and snap.runtime is not None and snap.runtime.census
+        want = sum(r.count for r in snap.runtime.census.rows
+                   if not r.system and r.reason == "IO wait")
+        table: DataTable[Any] = app.query_one("#g-table", DataTable)
+        cells = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert len(cells) == want > 0 and all(r[3] == "IO wait" for r in cells), cells
 
 
 def header_and_keys_facts(pilot: Pilot[Any]) -> None:

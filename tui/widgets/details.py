@@ -26,6 +26,12 @@ GSTATE_MEANING: dict[GState, str] = {
     GState.DEAD: "exited; kept a while so the table can show how it ended",
 }
 
+# Go's rarer states, as the census words them (a census row's state is UNKNOWN to the model).
+CENSUS_MEANING: dict[str, str] = {
+    "preempted": "stopped to be preempted or scanned; runnable again next",
+    "copystack": "its stack is being moved",
+}
+
 # States seen per goroutine at each refresh, newest last: (ts, state, reason, P).
 History = tuple[tuple[int, GState, str, int], ...]
 
@@ -33,16 +39,22 @@ History = tuple[tuple[int, GState, str, int], ...]
 def goroutine_text(g: GoroutineView, snap: Snapshot, history: History = ()) -> Text:
     by_id = {x.goid: x for x in snap.goroutines}
     t = Text()
-    word = GSTATE_WORD.get(g.state, "?")
+    word = g.census_state or GSTATE_WORD.get(g.state, "?")
     t.append(f"G{g.goid}  ", style="bold")
     t.append(word, style="bold")
-    t.append(f"  ({GSTATE_MEANING.get(g.state, '')})\n", style="dim")
+    meaning = CENSUS_MEANING.get(g.census_state) or GSTATE_MEANING.get(g.state, "")
+    t.append(f"  ({meaning})\n", style="dim")
+    c = snap.runtime.census if snap.runtime is not None else None
+    if g.census_state and c is not None:
+        t.append(f"state and wait reason as of census #{c.seq}, "
+                 f"{fmt_ns(max(snap.now - c.ts, 0))} ago\n", style="dim")
+    seen = g.probed  # else the probes measured none of P, waits, runs, parent
     rows = [
-        ("P", str(g.p) if g.p >= 0 else "-"),
+        ("P", str(g.p) if g.p >= 0 else "-" if seen else "– not seen by the probes"),
         ("wait reason", "" if g.state is GState.DEAD else g.wait_reason or "-"),
-        ("total wait", fmt_ns(g.wait_ns) if g.wait_ns else "-"),
+        ("total wait", fmt_ns(g.wait_ns) if seen and g.wait_ns else "-" if seen else "–"),
         ("in this state", in_state(g, snap)),
-        ("runs", fmt_count(g.executes)),
+        ("runs", fmt_count(g.executes) if seen else "–"),
     ]
     chain: list[str] = []
     parent = g.parent
@@ -155,7 +167,8 @@ def goroutine_matches(g: GoroutineView, text: str) -> bool:
     if not text:
         return True
     needle = text.lower()
-    hay = (f"g{g.goid} {g.goid} {GSTATE_WORD.get(g.state, '?')} {g.wait_reason} "
+    hay = (f"g{g.goid} {g.goid} {g.census_state or GSTATE_WORD.get(g.state, '?')} "
+           f"{g.wait_reason} "
            f"parent {g.parent} p{g.p} {g.start} {g.created_at}").lower()
     return needle in hay
 

@@ -1,11 +1,11 @@
-"""Goroutines view: a sortable table of the goroutines the model has seen, or (``w``) the
-census's wait stacks: the parked goroutines grouped by state, wait reason, stack and creation
-site, largest first."""
+"""Goroutines view: a sortable table of the goroutines, each in its state as of the newest
+census with what the probes measured of it (tui/gtable.py), or (``w``) the census's wait
+stacks: the parked goroutines grouped by state, wait reason, stack and creation site, largest
+first."""
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
 from typing import ClassVar
 
 from rich.text import Text
@@ -15,10 +15,9 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
-from gmpmon.model.snapshot import GoroutineView, GState, Snapshot
+from gmpmon.model.snapshot import Snapshot
 from gmpmon.tui.census import census_text
-from gmpmon.tui.measure import coverage
-from gmpmon.tui.render import GSTATE_WORD, fmt_count, fmt_ns
+from gmpmon.tui.gtable import COLUMNS, START, g_row, pool, summary
 from gmpmon.tui.waits import (
     GROUP_COLUMNS,
     WHERE,
@@ -27,31 +26,13 @@ from gmpmon.tui.waits import (
     groups_summary,
     user_groups,
 )
-from gmpmon.tui.widgets.details import DetailScreen, goroutine_matches, goroutine_text, in_state
+from gmpmon.tui.widgets.details import DetailScreen, goroutine_matches, goroutine_text
 
-SortKey = Callable[[GoroutineView, int], tuple[object, ...]]
-
-# (column label, sort key, descending by default). ``now`` is passed so that "in state" sorts
-# by the same number it shows.
-COLUMNS: tuple[tuple[str, SortKey, bool], ...] = (
-    ("G", lambda g, now: (g.goid,), False),
-    ("state", lambda g, now: (GSTATE_WORD.get(g.state, "?"), g.goid), False),
-    ("P", lambda g, now: (g.p, g.goid), False),
-    ("wait reason", lambda g, now: (g.wait_reason, g.goid), False),
-    ("wait time", lambda g, now: (g.wait_ns, g.goid), True),
-    ("in state", lambda g, now: (now - g.since if g.since and g.state else -1, g.goid), True),
-    ("runs", lambda g, now: (g.executes, g.goid), True),
-    ("parent", lambda g, now: (g.parent, g.goid), False),
-    ("start", lambda g, now: (g.start, g.goid), False),
-)
-START = len(COLUMNS) - 1  # the last column takes the terminal's extra width
 START_MIN = 16
 # Rebuilding a few hundred rows costs ~10 ms: the table follows the snapshot at most this often
 # (snapshot time, so a replay behaves the same), and at once when the sort order changes.
 TABLE_EVERY_NS = 1_000_000_000
 TABLE_ROWS = 2000  # rows kept in the table at most (the model's list is bounded too)
-STATE_COLOUR = {"running": "#3fb950", "runnable": "#d29922", "waiting": "#6e7681",
-                "syscall": "#a371f7", "dead": "#484f58", "unknown": "#6e7681"}
 
 
 class GoroutinesView(Vertical):
@@ -73,6 +54,10 @@ class GoroutinesView(Vertical):
         Binding("w", "toggle_stacks", "Stacks/Gs", show=True),
         Binding("j", "cursor(1)", "Down", show=False),
         Binding("k", "cursor(-1)", "Up", show=False),
+        Binding("g", "cursor_to(0)", "Top", show=False),
+        Binding("G", "cursor_to(-1)", "Bottom", show=False),
+        Binding("ctrl+f", "page(1)", "Page down", show=False),
+        Binding("ctrl+b", "page(-1)", "Page up", show=False),
     ]
 
     def action_cursor(self, step: int) -> None:
@@ -82,6 +67,19 @@ class GoroutinesView(Vertical):
             table.action_cursor_down()
         else:
             table.action_cursor_up()
+
+    def action_cursor_to(self, row: int) -> None:
+        """g/G: the first row, the last (as less, htop and the other views have them)."""
+        table: DataTable[str | Text] = self.query_one(DataTable)
+        if table.row_count:
+            table.move_cursor(row=row if row >= 0 else table.row_count - 1, animate=False)
+
+    def action_page(self, step: int) -> None:
+        table: DataTable[str | Text] = self.query_one(DataTable)
+        if step > 0:
+            table.action_page_down()
+        else:
+            table.action_page_up()
 
     def compose(self) -> ComposeResult:
         yield Static(id="g-summary")
@@ -109,9 +107,10 @@ class GoroutinesView(Vertical):
         if self.by_stacks is not None:
             return self.by_stacks
         c = snap.runtime.census if snap is not None and snap.runtime is not None else None
-        # The census's groups; without its stacks, its states, when no probe saw goroutines
-        # (default mode before a window, sample mode): a list, never an empty table.
-        return c is not None and snap is not None and (c.stacks is not None or not snap.goroutines)
+        # The census's groups; without its stacks, its states, when there is no goroutine to
+        # list (a recording whose census told no states, and no probe saw any): a list, never
+        # an empty table.
+        return c is not None and snap is not None and (c.stacks is not None or not pool(snap))
 
     def action_toggle_stacks(self) -> None:
         self.by_stacks = not self.showing_stacks()
@@ -154,28 +153,15 @@ class GoroutinesView(Vertical):
             self._show_groups(snap)
             return
         self._groups_key = None
-        cov = coverage(snap)
-        counts = "  ".join(f"{k} {fmt_count(v)}" for k, v in sorted(snap.g_state_counts.items()))
+        if self._table_now is None or abs(snap.now - self._table_now) >= TABLE_EVERY_NS:
+            self._table(snap)
         label, _, _ = COLUMNS[self.sort_column]
-        summary = Text(no_wrap=True, overflow="ellipsis")
-        if cov.hot:
-            summary.append(f"seen {fmt_count(snap.goroutines_live)}", style="bold")
-            summary.append(f"  created {fmt_count(snap.goroutines_created)}"
-                           f"  exited {fmt_count(snap.goroutines_exited)}")
-            if not cov.exact:
-                summary.append(f" ({cov.note()})", style="dim")
-            summary.append(f"  {counts}")
-        else:
-            summary.append(f"goroutines seen by probes: {cov.note()}", style="dim")
-        shown = self._shown
-        if self.filter_text:
-            summary.append(f"  filter '{self.filter_text}': {shown}", style="bold #d29922")
-        summary.append(f"   by {label} {'↓' if self.sort_reverse else '↑'} (s; enter: details;"
-                       " /: filter; w: wait stacks)", style="dim")
-        self.query_one("#g-summary", Static).update(summary)
+        sort = f"{label} {'↓' if self.sort_reverse else '↑'}"
+        self.query_one("#g-summary", Static).update(summary(snap, self._shown, self.filter_text,
+                                                            sort))
 
-        if self._table_now is not None and abs(snap.now - self._table_now) < TABLE_EVERY_NS:
-            return
+    def _table(self, snap: Snapshot) -> None:
+        """The goroutine table (rebuilt at most once a TABLE_EVERY_NS of snapshot time)."""
         self._table_now = snap.now
         table: DataTable[str | Text] = self.query_one(DataTable)
         keep = None
@@ -186,29 +172,15 @@ class GoroutinesView(Vertical):
                 keep = None
         key = COLUMNS[self.sort_column][1]
         now = snap.now
-        pool = [g for g in snap.goroutines if goroutine_matches(g, self.filter_text)]
+        every = pool(snap)
+        matching = [g for g in every if goroutine_matches(g, self.filter_text)]
         # At most TABLE_ROWS rows, whatever the snapshot holds: the top of the sort order
         # (heapq: O(n log k)); the table itself draws only the rows on screen.
         pick = heapq.nlargest if self.sort_reverse else heapq.nsmallest
-        gs = pick(TABLE_ROWS, pool, key=lambda g: key(g, now))
-        self._shown = (f"{len(gs)} of {len(snap.goroutines)}" if len(gs) < len(pool) or
+        gs = pick(TABLE_ROWS, matching, key=lambda g: key(g, now))
+        self._shown = (f"{len(gs)} of {len(every)}" if len(gs) < len(matching) or
                        self.filter_text else f"{len(gs)}")
-        rows = []
-        for g in gs:
-            state = GSTATE_WORD.get(g.state, "?")
-            dead = g.state is GState.DEAD
-            dim = "#6e7681" if dead else ""
-            rows.append([
-                Text(str(g.goid), style=dim),
-                Text(state, style=STATE_COLOUR.get(state, "")),
-                Text(str(g.p) if g.p >= 0 else "-", style=dim),
-                Text("" if dead else g.wait_reason or ""),  # a dead goroutine waits for nothing
-                Text(fmt_ns(g.wait_ns) if g.wait_ns else "", style=dim),
-                Text(in_state(g, snap), style=dim),
-                Text(fmt_count(g.executes), style=dim),
-                Text(str(g.parent) if g.parent else "", style=dim),
-                Text(g.start or "–", style=dim or ("" if g.start else "#6e7681")),
-            ])
+        rows = [g_row(g, snap) for g in gs]
         room = self._start_room(table, rows)
         table.clear(columns=True)
         for i, (label, _, _) in enumerate(COLUMNS):
@@ -302,9 +274,9 @@ class GoroutinesView(Vertical):
             self.app.push_screen(DetailScreen(f"wait stack #{rank}", group_text(rank, group, c)))
             return
         goid = int(event.row_key.value)
-        g = next((x for x in snap.goroutines if x.goid == goid), None)
+        g = next((x for x in pool(snap) if x.goid == goid), None)
         if g is None:
-            self.app.notify(f"G{goid} is no longer in the model's table", severity="warning")
+            self.app.notify(f"G{goid} is no longer in the table", severity="warning")
             return
         history = getattr(self.app, "history", None)
         hist = history.of(goid) if history is not None else ()
