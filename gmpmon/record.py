@@ -67,6 +67,11 @@ __all__ = [
 ]
 
 BACKLOG_EVENTS = 100_000  # background writer: events handed on but not yet written (~27 MB)
+# The background writer takes what waits once every FLUSH_S (sooner past WAKE_EVENTS, or at
+# close), not at each batch: sample mode hands on 10 batches a second, and each wakeup of a
+# Python thread costs ~55 µs of CPU here (gmpmon/session.py IDLE_WAIT_S).
+FLUSH_S = 1.0
+WAKE_EVENTS = 20_000
 
 
 class RecordingWriter:
@@ -141,7 +146,8 @@ class RecordingWriter:
                 self._cv.wait()
             self._backlog.append(batch)
             self._queued += len(batch.events)
-            self._cv.notify_all()
+            if len(self._backlog) == 1 or self._queued >= WAKE_EVENTS:
+                self._cv.notify_all()
 
     def _frame(self, batch: Batch) -> None:
         if len(batch.events) > MAX_EVENTS:  # a reader refuses bigger batches: split
@@ -162,19 +168,23 @@ class RecordingWriter:
             with self._cv:
                 while not self._backlog:
                     self._cv.wait()
-                batch = self._backlog.popleft()
-            if batch is None:
-                return
-            if self._error is None:
-                c0 = time.thread_time()
-                try:
-                    self._frame(batch)
-                except BaseException as e:  # said by the next write() or close()
-                    self._error = e
-                self.cpu_s += time.thread_time() - c0
-            with self._cv:
-                self._queued -= len(batch.events)
-                self._cv.notify_all()
+                if self._backlog[-1] is not None and self._queued < WAKE_EVENTS:
+                    self._cv.wait(FLUSH_S)  # more batches join it; close() or a backlog wakes it
+                batches = list(self._backlog)
+                self._backlog.clear()
+            for batch in batches:
+                if batch is None:
+                    return
+                if self._error is None:
+                    c0 = time.thread_time()
+                    try:
+                        self._frame(batch)
+                    except BaseException as e:  # said by the next write() or close()
+                        self._error = e
+                    self.cpu_s += time.thread_time() - c0
+                with self._cv:
+                    self._queued -= len(batch.events)
+                    self._cv.notify_all()
 
     def close(self) -> None:
         if self._f is None:

@@ -12,7 +12,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from gmpmon import priority
 from gmpmon.binary.info import BinaryInfo
@@ -38,6 +38,11 @@ SNAPSHOT_EVERY_S = 0.25
 # last took, so snapshots take at most a quarter of the model's time and it keeps up.
 SNAPSHOT_SHARE = 4
 CUT_AFTER_S = 0.3
+# The model thread sleeps until a batch comes (sample mode: 10 a second), a snapshot is due or
+# asked for (ask() nudges it), at most this long: each wakeup of a Python thread costs ~55 µs
+# of CPU on the project's VMs (a bare time.sleep loop; C's nanosleep ~22 µs), so a 20-Hz
+# timeout poll was ~0.1% of a core of sample mode's ~3.5% on Caddy.
+IDLE_WAIT_S = 1.0
 FEED_CHUNK = 4096  # events fed between two looks at the cut time
 # Tests only: hold the GIL this long per batch, as a model far too slow for its input would.
 SLOW_MODEL_S = float(os.environ.get("GMPMON_DEBUG_SLOW_MODEL_MS", "0") or 0) / 1000
@@ -123,6 +128,7 @@ class LiveSession:
         self._snap_cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self.finished = threading.Event()  # the batch stream ended (stop or target exit)
+        self._on_finished: list[Callable[[], None]] = []
         self._closed = False
         self.error: BaseException | None = None
         self._outputs_lock = threading.Lock()
@@ -160,7 +166,9 @@ class LiveSession:
         """Ask the model thread for a snapshot; the ticket to wait for it with."""
         with self._snap_cv:
             self._asked = True
-            return self._made + 1
+            ticket = self._made + 1
+        self.capture.nudge()  # the model thread may be waiting for a batch: wake it
+        return ticket
 
     def answer(self, ticket: int, timeout: float) -> Snapshot | None:
         """The snapshot asked for with ``ticket`` (one begun after the ask); the latest one
@@ -170,6 +178,15 @@ class LiveSession:
             self._snap_cv.wait_for(
                 lambda: self._made >= ticket or self.finished.is_set(), timeout=timeout)
             return self._latest
+
+    def when_finished(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` (from the model thread) once the batch stream has ended; now if it has:
+        a waiter need not poll ``finished``."""
+        with self._snap_cv:
+            if not self.finished.is_set():
+                self._on_finished.append(fn)
+                return
+        fn()
 
     def fresh(self, timeout: float) -> Snapshot | None:
         return self.answer(self.ask(), timeout)
@@ -298,7 +315,7 @@ class LiveSession:
         try:
             while True:
                 try:
-                    batch = self.capture.get_batch(timeout=0.05)
+                    batch = self.capture.get_batch(timeout=self._wait_s(next_snap))
                 except queue.Empty:
                     batch = Batch()
                 else:
@@ -349,6 +366,18 @@ class LiveSession:
             with self._snap_cv:
                 self.finished.set()
                 self._snap_cv.notify_all()  # fresh() answers with the last one
+                hooks = list(self._on_finished)
+            for fn in hooks:
+                with contextlib.suppress(Exception):
+                    fn()
+
+    def _wait_s(self, next_snap: float) -> float:
+        """How long the model thread may wait for a batch: till the next snapshot is due
+        (4 a second for the TUI), or, when they are made on request and none is asked for,
+        IDLE_WAIT_S (an ask nudges it)."""
+        if self._on_request and not self._asked:
+            return IDLE_WAIT_S
+        return min(max(next_snap - time.monotonic(), 0.005), IDLE_WAIT_S)
 
     def _recorder_cpu(self) -> float:
         """The recorder thread's CPU since the last call (it packs and writes what the model

@@ -29,31 +29,17 @@ from gmpmon.capture.gosites import GoSites
 from gmpmon.capture.hotparent import HotControl, LazyGovernor, WindowFact, attach_cold, start_hotctl
 from gmpmon.capture.kernelsources import DEFAULT_KERNEL, KernelSources
 from gmpmon.capture.perfsample import SAMPLE_HZ
-from gmpmon.capture.pipeline import BatchQueue
+from gmpmon.capture.pipeline import BatchQueue, ring_ledger
 from gmpmon.capture.readernotes import ReaderNotes
 from gmpmon.capture.ringbuf import RingBufReader
 from gmpmon.capture.runtime_sources import RuntimeSources
 from gmpmon.capture.sampler import Sampler
 from gmpmon.capture.stacksym import MutexStacks, fix_go_sites
-from gmpmon.capture.targetmem import exe_id, gone
+from gmpmon.capture.targetmem import ExitWatch, exe_id, gone
 from gmpmon.capture.triggers import Flight, TriggerSpec
 from gmpmon.capture.watchcost import PriorRate, WatchCost, cost_events, window_event
 from gmpmon.errors import CaptureError, GmpmonError
-from gmpmon.events import (
-    LOST_IN_BAND,
-    RING_COUNTERS_FULL,
-    RING_CUT,
-    RING_MARKS,
-    RING_READ,
-    RING_REFUSED,
-    RING_WRITTEN,
-    Batch,
-    Counter,
-    EventTuple,
-    Kind,
-    RtFeature,
-    Stage,
-)
+from gmpmon.events import LOST_IN_BAND, Batch, Counter, EventTuple, Kind, RtFeature, Stage
 from gmpmon.priority import name_thread
 
 MODES = ("sample", "default", "full")
@@ -61,16 +47,17 @@ POLL_S = 0.010
 # The memory sampler's P status reads: 50 Hz (a read of 2 Ps ~30 µs, a wakeup 20-30 µs: at
 # 100 Hz a third of sample mode's CPU on an idle target). On-CPU: the perf sampler's 99 Hz.
 SAMPLE_NS = 20_000_000
-COUNTER_NS = 100_000_000  # full mode; sample and default modes' counters (cold probes, sampler,
-COUNTER_SAMPLE_NS = 200_000_000  # cgroup) move slowly: a read of them all is ~300 µs
+COUNTER_NS = 100_000_000  # full mode; default (and sample, at 4 Hz) modes' counters (cold probes,
+COUNTER_SAMPLE_NS = 200_000_000  # sampler, cgroup) move slowly: a read of them all is ~300 µs
 # Records of different CPUs reach the ring buffer a few µs out of timestamp order; a record
 # is released once it is this much older than the newest poll.
 REORDER_NS = 3_000_000
-# Sample mode hands the model a batch every 100 ms (the rings are read then), not every poll:
-# a batch's fixed part (ring reads, release, queue, feed, frame) is ~0.4 ms, ~0.3% of a core
-# on Prometheus at 50 ms. So does default mode with its windows timed by hotctl; full mode,
-# the in-thread duty cycle and triggers (they watch the released records) release every poll.
-RELEASE_SAMPLE_NS = 100_000_000
+# Sample mode hands the model a batch every 250 ms (the rings are read then), not every poll:
+# a batch's fixed part (ring reads, release, queue, feed, frame; the model's and recorder's
+# wakeups) is ~0.4 ms, ~0.3% of a core on Prometheus at 50 ms. Default mode with its windows
+# timed by hotctl every 100 ms; full mode, the in-thread duty cycle and triggers (they watch
+# the released records) release every poll. The runtime sources are polled at 10 Hz apart.
+RELEASE_SAMPLE_NS, RELEASE_WINDOWS_NS, RUNTIME_NS = 250_000_000, 100_000_000, 100_000_000
 # Default mode: how often gmpmon's own CPU per probe hit goes to the budget (hotctl).
 WATCH_NS = 250_000_000
 CUT_BACKLOG = 20_000  # records left in the ring at stop beyond which they are only counted
@@ -137,6 +124,7 @@ class Capture:
         # read: attaching (compiles) takes seconds, and an exec meanwhile must be noticed, not
         # taken for the image we probe. For `run`, after the child's exec (start_sampler).
         self._exe_id: tuple[int, int] | None = None if defer_sampler else exe_id(pid)
+        self._exits = ExitWatch(pid)  # the liveness check's cheap part (targetmem.py)
         self._q = BatchQueue()  # bounded in events; drops counted (gmpmon/capture/pipeline.py)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,7 +149,9 @@ class Capture:
         self._inband_lost = 0  # ring losses reported by in-band LOST marks (and the rest)
         self.flight = Flight(list(triggers), burst_ms) if triggers else None
         self.release_ns = RELEASE_SAMPLE_NS if mode == "sample" and not self.flight else 0
-        self.counter_ns = COUNTER_NS if mode == "full" else COUNTER_SAMPLE_NS
+        # sample mode: with each release (4 Hz), in the same wakeup
+        self.counter_ns = {"full": COUNTER_NS, "sample": RELEASE_SAMPLE_NS}.get(mode,
+                                                                               COUNTER_SAMPLE_NS)
         # Sample mode without triggers has nothing due between two P status reads.
         self.poll_s = SAMPLE_NS / 1e9 if self.release_ns else POLL_S
         self._error: BaseException | None = None
@@ -302,8 +292,7 @@ class Capture:
             self._thread = None
         self.close()
 
-    def request_stop(self) -> None:
-        """End the batch stream soon (from any thread; ``stop()`` also waits for it)."""
+    def request_stop(self) -> None:  # end the batch stream soon (any thread; stop() waits)
         self._stop.set()
 
     def close(self) -> None:
@@ -323,6 +312,10 @@ class Capture:
             self.runtime.close()
             self.runtime = None
         self.kernel.close()
+        self._exits.close()
+
+    def nudge(self) -> None:  # wake get_batch()'s waiter with an empty Batch
+        self._q.put(Batch())
 
     def get_batch(self, timeout: float | None = None) -> Batch | None:
         """The next Batch; None at the end of the stream. Raises queue.Empty on timeout."""
@@ -352,8 +345,7 @@ class Capture:
         next_sample = now
         next_counters = now + self.counter_ns
         next_alive = now
-        cycle_start = now
-        next_release = now
+        cycle_start = next_release = next_runtime = now
         if self.mode != "full":  # sample mode: the cold probes' governor only, when due
             rc = self.runtime is not None and self.runtime.counters is not None
             start = functools.partial(start_hotctl, self.prog, self.plan, self.pid, self.budget_pct,
@@ -367,13 +359,13 @@ class Capture:
             elif not self.flight:
                 # The controller times the windows in its own process: nothing here is due every
                 # 10 ms. A window's records (~30k/s on net/http) wait in the 16 MiB ring.
-                self.release_ns = RELEASE_SAMPLE_NS
+                self.release_ns = RELEASE_WINDOWS_NS
                 self.poll_s = SAMPLE_NS / 1e9
         cpu0 = time.thread_time()
         while not self._stop.is_set():
             t0 = time.monotonic_ns()
             release = t0 >= next_release
-            if self.hotctl is not None and (release or not self.hotctl.cold_only):  # sample: 10 Hz
+            if self.hotctl is not None and (release or not self.hotctl.cold_only):  # sample: 4 Hz
                 self._window_facts(self.hotctl.poll())
                 if (why := self.hotctl.failure()) is not None:  # said at the end, as a stop
                     self.readers.stopped(self.hotctl.name, CaptureError(why), (), t0)
@@ -389,13 +381,15 @@ class Capture:
                 elif not self._hot_on and phase < self.window_ns:
                     self._hot_attach()
             if release:
-                # Sample mode reads the rings when it releases (every 100 ms, not at every
-                # 10-ms poll: a read costs ~40 µs however few records it finds); the uprobe
+                # Sample mode reads the rings when it releases (every 250 ms, not at every
+                # 20-ms poll: a read costs ~40 µs however few records it finds); the uprobe
                 # ring holds seconds of its cold probes, the perf ring ~9 s of samples.
                 w0 = time.thread_time()
                 self._read_ring()
                 self._watch_cpu += time.thread_time() - w0
+            if t0 >= next_runtime:
                 self._poll_runtime(t0)  # counters due at 10 Hz, censuses and notes: no hurry
+                next_runtime = t0 + RUNTIME_NS
             if self.sampler is not None and t0 >= next_sample:
                 try:
                     self.sampler.sample(self._pending)
@@ -435,7 +429,7 @@ class Capture:
     def _alive(self) -> bool:
         """Still the process we attached to. An exec'd target counts as gone: the probes
         sit in the old binary's inode and the sampler's offsets describe the old image."""
-        why = gone(self.pid, self._exe_id)
+        why = gone(self.pid, self._exe_id, self._exits)
         if why:
             self.exit_reason = self.exit_reason or why
         return not why
@@ -550,18 +544,10 @@ class Capture:
         self._ring_ledger(now)
 
     def _ring_ledger(self, now: int) -> None:
-        """Counter.RING deltas: what the probes wrote and lost (kernel), what was read and
-        cut unread (here). Once drained, written + marks == read + cut + refused."""
         assert self.prog is not None
-        written, refused, full, marks = self.prog.ring_totals()
         read = self.ring.records if self.ring is not None else 0
-        totals = {RING_WRITTEN: written, RING_READ: read, RING_CUT: self._ring_cut,
-                  RING_REFUSED: refused, RING_COUNTERS_FULL: full, RING_MARKS: marks}
-        for key, total in totals.items():
-            d = total - self._ring_prev.get(key, 0)
-            if d:
-                self._ring_prev[key] = total
-                self._pending.append((now, Kind.COUNTER, -1, 0, Counter.RING, key, d))
+        ring_ledger(now, self.prog.ring_totals(), read, self._ring_cut, self._ring_prev,
+                    self._pending)
 
     def _poll_runtime(self, now: int, final: bool = False) -> None:
         stacks: dict[int, tuple[str, ...]] = {}

@@ -21,7 +21,19 @@ import os
 import queue
 import threading
 
-from gmpmon.events import Batch, EventTuple, Kind, Stage
+from gmpmon.events import (
+    RING_COUNTERS_FULL,
+    RING_CUT,
+    RING_MARKS,
+    RING_READ,
+    RING_REFUSED,
+    RING_WRITTEN,
+    Batch,
+    Counter,
+    EventTuple,
+    Kind,
+    Stage,
+)
 
 MAX_QUEUED_EVENTS = 250_000
 
@@ -97,3 +109,18 @@ class BatchQueue:
             with self._lock:
                 self.queued -= len(b.events)
         return b
+
+
+def ring_ledger(now: int, kernel: tuple[int, int, int, int], read: int, cut: int,
+                prev: dict[int, int], out: list[EventTuple]) -> None:
+    """Counter.RING deltas since ``prev`` (updated): what the probes wrote and lost
+    (``kernel``: BpfProgram.ring_totals()), what the reader read and cut unread. Once
+    drained, written + marks == read + cut + refused."""
+    written, refused, full, marks = kernel
+    totals = {RING_WRITTEN: written, RING_READ: read, RING_CUT: cut,
+              RING_REFUSED: refused, RING_COUNTERS_FULL: full, RING_MARKS: marks}
+    for key, total in totals.items():
+        d = total - prev.get(key, 0)
+        if d:
+            prev[key] = total
+            out.append((now, Kind.COUNTER, -1, 0, Counter.RING, key, d))

@@ -32,6 +32,7 @@ import ctypes.util
 import errno
 import itertools
 import os
+import select
 import struct
 import time
 from collections.abc import Callable
@@ -294,19 +295,49 @@ def exe_id(pid: int) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def gone(pid: int, exe: tuple[int, int] | None) -> str:
+class ExitWatch:
+    """A pidfd of the process (Linux 5.3+): it polls readable once the whole thread group
+    has exited (zombie or reaped), in ~1 µs; reading /proc/PID/stat, as running() does, is
+    ~15 µs, and ~100 µs for gone() at 10 Hz in a capture under load (cold caches after each
+    wakeup). ``maybe()`` is always True without a pidfd: callers then look as before."""
+
+    def __init__(self, pid: int) -> None:
+        self._poll: select.poll | None = None
+        try:
+            self._fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            self._fd = -1
+            return
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)
+
+    def maybe(self) -> bool:
+        """False while the process surely runs; True if it may have exited."""
+        return self._poll is None or bool(self._poll.poll(0))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+            self._poll = None
+
+
+def gone(pid: int, exe: tuple[int, int] | None, exits: ExitWatch | None = None) -> str:
     """Why the process is no longer the one whose executable was ``exe`` ("" while it is):
     it exited, or it exec'd another program. A process whose exec runs on a thread other
     than its leader shows the leader as a zombie for a moment (the kernel's de_thread waits
     for it to die before the exec'ing thread takes its pid): a zombie is looked at twice more,
-    20 and 100 ms on, before it counts as exited (a CI run took an exec for an exit)."""
-    for pause in (0.0, 0.02, 0.1):
-        if pause:
-            time.sleep(pause)
-        if running(pid):
-            break
-    else:
-        return "exited"
+    20 and 100 ms on, before it counts as exited (a CI run took an exec for an exit).
+    ``exits``: the process's ExitWatch; while it says the thread group lives, /proc/PID/stat
+    is not read (the leader's zombie of an exec does not make its pidfd readable)."""
+    if exits is None or exits.maybe():
+        for pause in (0.0, 0.02, 0.1):
+            if pause:
+                time.sleep(pause)
+            if running(pid):
+                break
+        else:
+            return "exited"
     if exe is not None and exe_id(pid) not in (exe, None):
         return "exec'd another program"
     return ""

@@ -69,7 +69,8 @@ _CENSUS_GSTATE = {st.name.lower(): st for st in (GState.RUNNABLE, GState.RUNNING
 
 def build(model: Modelled, light: bool = False) -> Snapshot:
     """The Snapshot now; ``light``: without the sections of the parts marked ``costly``
-    (their fields keep their defaults)."""
+    (their fields keep their defaults), without the Ps' timelines and the census's goroutine
+    rows (what a headless line reads has none of them)."""
     now = max(model.applied_ts, 0)
     start = max(model.first_ts, 0)
     at = View(now=now, start=start, cutoff=now - model.window_ns)
@@ -77,9 +78,10 @@ def build(model: Modelled, light: bool = False) -> Snapshot:
     for part in model.parts:
         if not (light and part.costly):
             fields.update(part.section(at))
-    fields["procs"] = procs(model, at)
+    fields["procs"] = procs(model, at, light)
     fields["goroutines"] = recent = goroutines(model)
-    fields["census_goroutines"] = census_goroutines(model, recent)
+    if not light:  # no headless line lists goroutines
+        fields["census_goroutines"] = census_goroutines(model, recent)
     fields["sources"] = {c.name: c.source for part in model.parts for c in part.sources()}
     missed = [t for t in (model.first_lost_ts, model.cost.first_drop_ts) if t >= 0]
     fields["thinned_since"] = min(missed) if missed else -1
@@ -105,7 +107,7 @@ def build(model: Modelled, light: bool = False) -> Snapshot:
     )
 
 
-def procs(model: Modelled, at: View) -> tuple[ProcView, ...]:
+def procs(model: Modelled, at: View, light: bool = False) -> tuple[ProcView, ...]:
     sched, latency = model.sched, model.latency
     steals_in: dict[int, int] = {}
     steals_out: dict[int, int] = {}
@@ -118,11 +120,12 @@ def procs(model: Modelled, at: View) -> tuple[ProcView, ...]:
     for pid in sorted(sched.procs):
         pp = sched.procs[pid]
         times = list(pp.times)
-        spans = closed_spans(pp, keep, at.cutoff)
+        spans = closed_spans(pp, keep, at.cutoff) if not light else []
         if pp.state != P_UNKNOWN and now > pp.since:
             if pp.exact:
                 times[pp.state] += now - pp.since
-            spans.append(Span(pp.since, now, _PSTATES[pp.state], pp.goid))
+            if not light:
+                spans.append(Span(pp.since, now, _PSTATES[pp.state], pp.goid))
         out.append(
             ProcView(
                 id=pid,

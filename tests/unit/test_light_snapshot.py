@@ -1,8 +1,10 @@
 """The headless printer's light snapshots (Model.snapshot(light=True): no findings, no
-kernel views) say the same interval lines as full ones, on every committed recording."""
+kernel views, no P timelines) say the same interval lines as full ones, on every committed
+recording."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -43,7 +45,7 @@ def test_light_snapshots_say_the_same_lines(path: Path) -> None:
     assert lines(path, light=True) == full
 
 
-def test_a_light_snapshot_has_no_kernel_view_and_no_findings() -> None:
+def test_a_light_snapshot_has_no_kernel_view_no_findings_no_timelines() -> None:
     rec = read_recording(str(DATA / "kernel-cpuprof.gmp"))
     model = Model(rec.header)
     for batch in rec:
@@ -52,4 +54,8 @@ def test_a_light_snapshot_has_no_kernel_view_and_no_findings() -> None:
     light = model.snapshot(light=True)
     assert full.kernel is not None and full.findings
     assert light.kernel is None and light.findings == ()
-    assert light.procs == full.procs and light.sched_latency == full.sched_latency
+    assert light.sched_latency == full.sched_latency
+    # the Ps as the full snapshot has them, but for their timelines (no line shows them)
+    assert any(p.timeline for p in full.procs)
+    assert all(p.timeline == () for p in light.procs)
+    assert light.procs == tuple(dataclasses.replace(p, timeline=()) for p in full.procs)
