@@ -8,7 +8,8 @@ state, and the goroutine of its longest run (the running cell's colour). The buc
 ring covering the model's ``window_ns`` (10 s) at every event rate; what bounds them is memory,
 not events: ``HISTORY_BYTES`` for all Ps together, reached by coarser buckets when there are
 many Ps (0.5 ms up to 22 Ps over 10 s, 2 ms at 64). A ring is allocated only for a P whose
-exact spans overflow, so a quiet program pays nothing.
+exact spans overflow, so a quiet program pays nothing; no more rings than fit
+HISTORY_BYTES (a recording may name more Ps than its header: those keep exact spans only).
 
 Exact spans and buckets never hold the same time: a cell of the strip adds both (tui/render.py).
 A cell coarser than a bucket is exact in its time per state; a finer one gets a bucket's share

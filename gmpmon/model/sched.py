@@ -61,7 +61,7 @@ from gmpmon.model.part import (
     Part,
     View,
 )
-from gmpmon.model.phistory import Folded, bucket_ns_for
+from gmpmon.model.phistory import BUCKET_BYTES, HISTORY_BYTES, Folded, bucket_ns_for, ring_len
 from gmpmon.model.pstatus import p_status_decoder
 from gmpmon.model.snapshot import GState
 
@@ -100,6 +100,10 @@ class Sched(Part):
         # Closed spans a P keeps exactly; beyond, the oldest are folded (model/phistory.py)
         self.max_spans = max_spans
         self.bucket_ns = bucket_ns_for(ctx.window_ns, ctx.header.gomaxprocs)
+        # Rings that fit HISTORY_BYTES: one per P of the header's GOMAXPROCS, whatever P ids
+        # a recording makes up; a P beyond them keeps its exact spans only.
+        self.rings_left = HISTORY_BYTES // (ring_len(ctx.window_ns, self.bucket_ns)
+                                            * BUCKET_BYTES)
         self.on_span = on_span  # SpanSink (core.py) or None
         self.latency = latency
         self.findings = findings  # fed long runs, runq peaks and latency samples
@@ -237,6 +241,9 @@ class Sched(Part):
         tl = pp.timeline
         out = [tl.popleft() for _ in range(len(tl) - self.max_spans * 3 // 4)]
         if pp.folded is None:
+            if self.rings_left <= 0:
+                return
+            self.rings_left -= 1
             pp.folded = Folded(self.bucket_ns, self.window_ns)
         pp.folded.fold(out)
 

@@ -127,3 +127,24 @@ def test_snapshots_share_the_buckets_nothing_was_folded_into() -> None:
             before[p.id] = p.history
             snaps += 1
     assert snaps > 10 and copied < total / 5, (snaps, copied, total)
+
+
+def test_p_ids_beyond_the_header_get_no_more_buckets_than_the_cap() -> None:
+    """A recording may name any P id below MAX_PROCS whatever its header's GOMAXPROCS: the
+    busy recording's events spread over 400 Ps (each busy enough to fold) allocate no more
+    ring memory than HISTORY_BYTES; the Ps beyond keep their exact spans."""
+    rec = read_recording(str(BUSY))
+    model = Model(rec.header, snapshot_spans=64)  # a P folds after 63 spans
+    seen = 0
+    for batch in rec:
+        events = []
+        for e in batch.events:
+            shift = 2 * (seen // 400 % 200)  # the next 400 events on two other Ps
+            seen += 1
+            events.append((e[0], e[1], e[2] + shift if e[2] >= 0 else e[2], *e[3:]))
+        model.feed(dataclasses.replace(batch, events=events))
+    model.flush()
+    rings = [pp.folded for pp in model.sched.procs.values() if pp.folded is not None]
+    assert len(model.sched.procs) > 100
+    assert rings and sum(r.n for r in rings) * BUCKET_BYTES <= HISTORY_BYTES
+    assert all(len(pp.timeline) < model.snapshot_spans for pp in model.sched.procs.values())
