@@ -77,6 +77,7 @@ class GmpmonApp(App[None]):
     ENABLE_COMMAND_PALETTE = False
     # App declares this as an instance variable, so it cannot be annotated ClassVar here.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]  # noqa: RUF012
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (28, "-tall")]  # noqa: RUF012
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),

@@ -16,6 +16,7 @@ from rich.text import Text
 from gmpmon.fmt import fmt_count as fmt_count  # re-exported: the widgets import them here
 from gmpmon.fmt import fmt_ns as fmt_ns
 from gmpmon.model.hist import pow2_counts, upper_edge
+from gmpmon.model.phistory import History
 from gmpmon.model.snapshot import GState, LatencyStats, ProcView, PState, Snapshot, Span
 
 NS_PER_S = 1_000_000_000
@@ -99,8 +100,9 @@ def _start(s: Span) -> int:
     return s.start
 
 
-def cell_of(spans: Sequence[Span], lo: int, hi: int) -> Cell:
-    """What the cell [lo, hi) shows, from the P's spans (sorted, not overlapping).
+def cell_of(spans: Sequence[Span], lo: int, hi: int, history: History | None = None) -> Cell:
+    """What the cell [lo, hi) shows, from the P's spans (sorted, not overlapping) and, before
+    them, its ``history``'s buckets (a busy P's older time: ProcView.history).
 
     Running time wins over everything but a stop-the-world: a P that ran goroutines for a
     quarter of the cell shows a quarter-height green bar (at least the lowest one, however
@@ -127,6 +129,15 @@ def cell_of(spans: Sequence[Span], lo: int, hi: int) -> Cell:
             sys[s.goid] = sys.get(s.goid, 0) + (b - a)
         else:
             other[s.state] = other.get(s.state, 0) + (b - a)
+    if history is not None and lo < history.end and hi > history.start:
+        per, top = history.cell(lo, hi)
+        if per[PState.RUNNING]:
+            run[top] = run.get(top, 0) + per[PState.RUNNING]
+        if per[PState.SYSCALL]:
+            sys[0] = sys.get(0, 0) + per[PState.SYSCALL]
+        for st in (PState.SEARCHING, PState.IDLE, PState.GCSTOP):
+            if per[st]:
+                other[st] = other.get(st, 0) + per[st]
     length = hi - lo
     for state, by_g in ((PState.RUNNING, run), (PState.SYSCALL, sys)):
         total = sum(by_g.values())
@@ -233,8 +244,10 @@ class TimelineGrid:
 
     def row(self, p: int, spans: Sequence[Span], stw: Iterable[tuple[int, int]], now: int,
             cell_ns: int, width: int, sampled: Sequence[Span] | None = None,
-            probed: Sequence[tuple[int, int]] = (), settle_ns: int = 0) -> list[Cell]:
-        """``spans``: the P's timeline. ``sampled``: the perf samples' spans of the P; a cell
+            probed: Sequence[tuple[int, int]] = (), settle_ns: int = 0,
+            history: History | None = None) -> list[Cell]:
+        """``spans``: the P's timeline, ``history`` its older time. ``sampled``: the perf
+        samples' spans of the P; a cell
         that no ``probed`` interval (default mode's windows) touches is then drawn by
         :func:`sampled_cell`. Cells ending within ``settle_ns`` of ``now`` are not kept
         (their events may still be on the way: perf samples come in batches)."""
@@ -255,7 +268,8 @@ class TimelineGrid:
             cell = done.get(n)
             if cell is None:
                 lo, hi = n * cell_ns, (n + 1) * cell_ns
-                cell = (cell_of(spans, lo, hi) if sampled is None or touches(probed, lo, hi)
+                cell = (cell_of(spans, lo, hi, history)
+                        if sampled is None or touches(probed, lo, hi)
                         else sampled_cell(sampled, spans, lo, hi))
                 if n < last and n < settled:
                     done[n] = cell
@@ -425,18 +439,26 @@ def short_stack(stack: Sequence[str], skip_prefixes: tuple[str, ...] = (
     return " < ".join(frames)
 
 
-def busy_share(spans: Sequence[Span], lo: int, hi: int) -> float:
+def busy_share(spans: Sequence[Span], lo: int, hi: int, history: History | None = None
+               ) -> float:
     """Share of [lo, hi) the P spent running goroutines (0 when nothing was observed)."""
     if hi <= lo:
         return 0.0
     i = max(bisect_right(spans, lo, key=_start) - 1, 0)
-    run = 0
+    run = history.cell(lo, hi)[0][PState.RUNNING] if history is not None else 0
     for s in spans[i:]:
         if s.start >= hi:
             break
         if s.state is PState.RUNNING:
             run += max(min(s.end, hi) - max(s.start, lo), 0)
     return run / (hi - lo)
+
+
+def history_start(p: ProcView) -> int | None:
+    """Where the P's timeline starts: its history's first bucket, else its first span."""
+    if p.history is not None:
+        return p.history.start
+    return p.timeline[0].start if p.timeline else None
 
 
 def last_known_state(p: ProcView) -> PState:

@@ -14,8 +14,10 @@ This module owns what is about the stream rather than the scheduler:
   between a WINDOW 0 and the next WINDOW 1.
 - In-kernel COUNTER events go to the part that owns their table (``Part.counters``); each
   such aggregate chooses "kernel counter or per-event count" through one helper (Counted).
-- Memory is bounded: P timelines keep ``window_ns`` of spans (deques trimmed as they grow),
-  the G table holds at most ``max_goroutines`` (oldest evicted, counts stay exact).
+- Memory is bounded: P timelines keep ``window_ns`` of time: their last spans exactly (as
+  many as a Snapshot carries), the older ones folded into time buckets whose memory has a
+  fixed cap (model/phistory.py); the G table holds at most ``max_goroutines`` (oldest
+  evicted, counts stay exact).
 
 No wall clock is read here: the same batches give the same Snapshot, live or on replay.
 """
@@ -135,8 +137,11 @@ class Model:
         # Memory and snapshot time bounded whatever GOMAXPROCS: the per-P span lists share
         # fixed totals (unchanged up to 10 / 64 Ps; 256 Ps get 1,000 spans each, 500 per view).
         nprocs = max(header.gomaxprocs, 1)
-        self.max_spans = max(1_000, min(max_spans, MAX_SPANS_TOTAL // nprocs))
         self.snapshot_spans = max(64, min(snapshot_spans, SNAPSHOT_SPANS_TOTAL // nprocs))
+        # Closed spans kept exactly per P: no more than a Snapshot carries, so that every
+        # span is either in the Snapshot or folded into the P's buckets (ProcView.history).
+        self.max_spans = min(max(1_000, min(max_spans, MAX_SPANS_TOTAL // nprocs)),
+                             self.snapshot_spans - 1)
         self.ctx = Context(header, window_ns)
         self.stacks = self.ctx.stacks
         self._pending: list[EventTuple] = []

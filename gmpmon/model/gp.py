@@ -7,6 +7,7 @@ from collections import deque
 
 from gmpmon.model import hist as h
 from gmpmon.model.legal import G_UNKNOWN, P_UNKNOWN
+from gmpmon.model.phistory import Folded
 from gmpmon.model.snapshot import Span
 
 
@@ -48,6 +49,7 @@ class P:
         "after",
         "exact",
         "executes",
+        "folded",
         "goid",
         "id",
         "lat",
@@ -64,7 +66,7 @@ class P:
         "times",
     )
 
-    def __init__(self, pid: int, ts: int, max_spans: int) -> None:
+    def __init__(self, pid: int, ts: int) -> None:
         self.id = pid
         self.state = P_UNKNOWN
         self.goid = 0
@@ -75,7 +77,10 @@ class P:
         self.times = [0] * 6  # ns per PState
         self.executes = 0
         self.starts_counter = 0  # COUNTER GO_START (the Sched's ``starts`` Counted says which)
-        self.timeline: deque[tuple[int, int, int, int]] = deque(maxlen=max_spans)
+        # Its last closed spans, exactly (Sched.p_to bounds them by count); older ones are
+        # folded into time buckets (model/phistory.py), allocated once the first leaves.
+        self.timeline: deque[tuple[int, int, int, int]] = deque()
+        self.folded: Folded | None = None
         self.span_views: deque[Span] = deque()  # the snapshot's Spans of it (model/view.py)
         # The latency part's per-P histograms (kept here: one attribute, no lookup, per hit)
         self.lat = h.new_hist()  # event-derived

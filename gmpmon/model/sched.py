@@ -69,6 +69,7 @@ from gmpmon.model.part import (
     Part,
     View,
 )
+from gmpmon.model.phistory import BUCKET_BYTES, HISTORY_BYTES, Folded, bucket_ns_for, ring_len
 from gmpmon.model.pstatus import p_status_decoder
 from gmpmon.model.snapshot import GState
 
@@ -104,7 +105,13 @@ class Sched(Part):
         self.ctx = ctx
         self.window_ns = ctx.window_ns
         self.max_goroutines = max_goroutines
+        # Closed spans a P keeps exactly; beyond, the oldest are folded (model/phistory.py)
         self.max_spans = max_spans
+        self.bucket_ns = bucket_ns_for(ctx.window_ns, ctx.header.gomaxprocs)
+        # Rings that fit HISTORY_BYTES: one per P of the header's GOMAXPROCS, whatever P ids
+        # a recording makes up; a P beyond them keeps its exact spans only.
+        self.rings_left = HISTORY_BYTES // (ring_len(ctx.window_ns, self.bucket_ns)
+                                            * BUCKET_BYTES)
         self.on_span = on_span  # SpanSink (core.py) or None
         self.latency = latency
         self.findings = findings  # fed long runs, runq peaks and latency samples
@@ -136,9 +143,9 @@ class Sched(Part):
         self.hot_since = -1  # the model's: when the hot probes were attached last
         self.account_samples = False
         self._p_status_map = p_status_decoder(ctx.header.p_status)
-        self.void_p = P(-1, 0, 1)
+        self.void_p = P(-1, 0)
         for pid in range(min(max(ctx.header.gomaxprocs, 0), MAX_PROCS)):
-            self.procs[pid] = P(pid, 0, max_spans)
+            self.procs[pid] = P(pid, 0)
 
     def counters(self) -> Iterable[tuple[int, Handler]]:
         return ((Counter.GO_START, self.on_start_counter),)
@@ -182,7 +189,7 @@ class Sched(Part):
                 # memory bounded, send it to a P that is never shown.
                 self.violations[V_CORRUPT] += 1
                 return self.void_p
-            pp = self.procs[pid] = P(pid, ts, self.max_spans)
+            pp = self.procs[pid] = P(pid, ts)
             if self.stw_start >= 0:
                 pp.state = P_GCSTOP
         return pp
@@ -229,13 +236,27 @@ class Sched(Part):
             tl.append((start, ts, old, pp.goid))
             if self.on_span is not None:
                 self.on_span(pp.id, start, ts, old, pp.goid)  # type: ignore[operator]
+            if len(tl) > self.max_spans:
+                self._fold(pp)
             cutoff = ts - self.window_ns
-            while tl[0][1] < cutoff:
+            while tl and tl[0][1] < cutoff:
                 tl.popleft()
         pp.state = state
         pp.goid = goid
         pp.since = ts
         pp.exact = (self.hot or self.account_samples) if exact is None else exact
+
+    def _fold(self, pp: P) -> None:
+        """The oldest quarter of the P's exact spans to its buckets: a busy P's timeline
+        keeps the model's window, at the buckets' resolution, whatever its event rate."""
+        tl = pp.timeline
+        out = [tl.popleft() for _ in range(len(tl) - self.max_spans * 3 // 4)]
+        if pp.folded is None:
+            if self.rings_left <= 0:
+                return
+            self.rings_left -= 1
+            pp.folded = Folded(self.bucket_ns, self.window_ns)
+        pp.folded.fold(out)
 
     def _p_taken(self, pp: P, p: int) -> None:
         """A P leaves RUNNING(goid) by an event that is not that G's: a P violation when the

@@ -16,6 +16,7 @@ from gmpmon.model.cost import CostSummary
 from gmpmon.model.findingtypes import Attribution, CgroupCpu, Finding
 from gmpmon.model.gcheap import GcView
 from gmpmon.model.kernelview import KernelView
+from gmpmon.model.phistory import History
 from gmpmon.model.runtime import RuntimeView
 from gmpmon.model.values import GState, LatencyStats, PState, Span
 
@@ -52,7 +53,9 @@ class ProcView:
     steals_in: int  # goroutines this P stole (thief)
     steals_out: int  # goroutines stolen from this P (victim)
     latency: LatencyStats
-    timeline: tuple[Span, ...]  # spans within the snapshot's window, oldest first
+    timeline: tuple[Span, ...]  # its last spans within the snapshot's window, oldest first
+    # Before them (a busy P's older spans), its time per state in buckets (model/phistory.py)
+    history: History | None = None
 
     @property
     def spinning_ns(self) -> int:

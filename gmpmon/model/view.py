@@ -143,6 +143,7 @@ def procs(model: Modelled, at: View, light: bool = False) -> tuple[ProcView, ...
                 steals_out=steals_out.get(pid, 0),
                 latency=latency.of_p(pp),
                 timeline=tuple(spans),
+                history=pp.folded.view(at.cutoff) if pp.folded is not None else None,
             )
         )
     return tuple(out)

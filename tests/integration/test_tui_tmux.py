@@ -242,23 +242,24 @@ def test_sample_mode_draws_the_sampled_timeline_and_the_ms_live(
     repo = Path(__file__).resolve().parents[2]
     cmd = (f"cd {repo} && {sys.executable} -m gmpmon attach {workload.pid} --mode sample "
            f"--kernel samples,sched; echo GMPMON_EXIT=$?; sleep 600")
-    _tmux("new-session", "-d", "-s", tmux_session, "-x", str(COLS), "-y", str(ROWS), cmd)
+    # 80x24, where rows are scarcest (issue 27: the Ms' rows were below the fold there)
+    _tmux("new-session", "-d", "-s", tmux_session, "-x", "80", "-y", "24", cmd)
     run = re.compile(r"[▁▂▃▄▅▆▇█]")
+    m_row = re.compile(r"^ *│ \d+ +(P\d+|-) +\d", re.M)  # an M row with numbers
 
     def sampled(t: str) -> bool:
         rows = _p_rows(t)
         return ("sampled: " in t and "timeline sampled (99 Hz perf samples)" in t
                 and bool(rows) and any(run.search(r[-30:]) for r in rows.values())
-                and re.search(r"run-queue delay p50 <?\d", t) is not None)
+                and re.search(r"run-queue delay p50 <?\d", t) is not None
+                and m_row.search(t) is not None)
 
+    # the Ms' rows on the first screen, above the keys (below 28 rows the strip's source
+    # line takes one line)
     shown = _wait_for(tmux_session, sampled, 40)
-    assert "mode sample" in shown and "Ms: OS threads" in shown, shown
+    assert "mode sample" in shown and "Ms: OS threads" in shown and "q Quit" in shown, shown
     _tmux("send-keys", "-t", tmux_session, "G")  # the panels' source lines, further down
-    # an M row with numbers: scrolled into view (a screen laid out at 24 rows has no room
-    # for them under the two-line key bar before it scrolls)
-    m_row = re.compile(r"^ *│ \d+ +(P\d+|-) +\d", re.M)
-    _wait_for(tmux_session, lambda t: "source: tracepoints sched_switch/sched_wakeup" in t
-              and m_row.search(t) is not None, 10)
+    _wait_for(tmux_session, lambda t: "source: tracepoints sched_switch/sched_wakeup" in t, 10)
     _tmux("send-keys", "-t", tmux_session, "2")
     sched = _wait_for(tmux_session, lambda t: "source: runtime counters (~1 in 8" in t, 15)
     assert re.search(r"n=\S+ +p50 <?\d", sched), sched

@@ -87,6 +87,8 @@ def _fail(screen: str) -> None:
     raise AssertionError(f"the screen contradicts the facts:\n{screen}")
 
 
+M_ROW = re.compile(r"^ *│ \d+ +(P\d+|-) +\d", re.M)  # a row of the Ms panel, with numbers
+
 FACTS: dict[str, Callable[[str], None]] = {
     # syscall: P1 spends time in syscalls (shade glyphs), P0 runs (bars)
     "procs-syscall": lambda t: (
@@ -98,10 +100,12 @@ FACTS: dict[str, Callable[[str], None]] = {
     "sched-fanout": lambda t: ("runnable → running latency" in t and re.search(r"p99 <\d", t)
                                and "illegal" not in t) or _fail(t),
     "contention-mutex": lambda t: "main.contend" in t or _fail(t),
-    # sample mode (issue #11): the strip is the perf samples', the Ms come from tracepoints
+    # sample mode (issue #11): the strip is the perf samples', the Ms come from tracepoints;
+    # at 80x24 the Ms panel's first rows are on the first screen, above the keys (issue 27)
     "procs-sample-kernel": lambda t: (
         _procs_rows(t) and "sampled: " in t and "timeline sampled (1 kHz perf samples)" in t
-        and "Ms: OS threads" in t and "run-queue delay p50" in t) or _fail(t),
+        and "Ms: OS threads" in t and "run-queue delay p50" in t
+        and len(M_ROW.findall(t)) >= 2 and "q Quit" in t) or _fail(t),
     "sched-sample-kernel": lambda t: (
         "source: runtime counters (~1 in 8 transitions)" in t and re.search(r"p99 <\d", t)
         and "probed run latency: not measured" in t) or _fail(t),

@@ -29,6 +29,7 @@ from gmpmon.tui.render import (
     fmt_count,
     fmt_ns,
     heat_strip,
+    history_start,
     id_ranges,
     last_known_state,
     legend,
@@ -40,7 +41,7 @@ from gmpmon.tui.render import (
 from gmpmon.tui.widgets.scroll import KeyScroll
 
 # Auto zoom: the strip shows the last 5 s, or less when there is less history (just after
-# attaching, in a short recording, or when the model keeps fewer spans of a very busy P): the
+# attaching, in a short recording; a busy P's older spans are in its history buckets): the
 # smallest of these spans that holds the history, so the cell size changes rarely. `+`/`-`
 # pick a fixed time per cell instead; the header always says the time per cell.
 TIMELINE_CHOICES_NS = tuple(int(f * NS_PER_S) for f in (0.1, 0.25, 0.5, 1, 2, 5))
@@ -97,7 +98,8 @@ class ProcTable(Widget):
         if self.zoom_index is not None:
             cell_ns = CELL_CHOICES_NS[self.zoom_index]
         else:
-            first = min((p.timeline[0].start for p in snap.procs if p.timeline), default=t1)
+            first = min((s for p in snap.procs if (s := history_start(p)) is not None),
+                        default=t1)
             span_ns = next((c for c in TIMELINE_CHOICES_NS if c >= t1 - first), TIMELINE_NS)
             cell_ns = -(-span_ns // tl_w) if tl_w else 1
         self.cell_ns = cell_ns
@@ -108,8 +110,9 @@ class ProcTable(Widget):
         # drawn from the perf samples.
         self.sampled = sampled = sampled_timeline(snap)
         by_samples = sampled is not None and snap.window == "sampled"
-        shares = {p.id: busy_share(sampled.get(p.id, ()) if sampled is not None and by_samples
-                                   else p.timeline, lo, t1) for p in snap.procs}
+        shares = {p.id: busy_share(sampled.get(p.id, ()), lo, t1) if sampled is not None
+                  and by_samples else busy_share(p.timeline, lo, t1, p.history)
+                  for p in snap.procs}
 
         head = Text(style="bold dim", no_wrap=True)
         head.append(f"{'P':>3} {'state':<{STATE_W}} {'G':>8} {'runq':>4} {'':<{RUNQ_BAR}} ")
@@ -118,6 +121,8 @@ class ProcTable(Widget):
             head.append(f"{'M':>8} {'busy':>5} ")
         if tl_w >= 12:
             cell, span, pre = fmt_ns(cell_ns), fmt_ns(cell_ns * tl_w), timeline_label(snap)
+            if cell_ns * tl_w > snap.window_ns > 0:  # the model keeps no more: say so
+                span += f" ({fmt_ns(snap.window_ns)} kept)"
             # The sampled strip says so first, dropping its span rather than that word.
             label = next((c for c in (f"{pre}{cell}/cell, last {span}", f"{pre}{cell}/cell")
                           if len(c) <= tl_w - 4), f"{cell}/cell, last {span}")
@@ -199,7 +204,8 @@ class ProcTable(Widget):
             sampled = None if self.sampled is None else self.sampled.get(p.id, ())
             cells = self.grid.row(p.id, p.timeline, snap.stw_spans, snap.now, cell_ns, tl_w,
                                   sampled=sampled, probed=snap.window_spans,
-                                  settle_ns=SAMPLED_SETTLE_NS if sampled is not None else 0)
+                                  settle_ns=SAMPLED_SETTLE_NS if sampled is not None else 0,
+                                  history=p.history)
             row.append_text(timeline_text(cells))
         return row
 
