@@ -37,7 +37,7 @@ def replay_all(
     on_batch: Callable[[Batch], None] | None = None,
 ) -> Snapshot:
     """Feed every good batch of ``rec`` through a model; the final Snapshot."""
-    model = model or Model(rec.header)
+    model = model or Model(rec.header, history=False)  # no timeline drawn: no buckets
     for batch in rec:
         if on_batch is not None:
             on_batch(batch)

@@ -99,6 +99,7 @@ class LiveSession:
         census_s: float = 1.0,
         kernel: tuple[str, ...] = DEFAULT_KERNEL,
         sample_hz: int = SAMPLE_HZ,
+        history: bool = True,
     ) -> None:
         self.info = info
         self.pid = pid
@@ -111,7 +112,7 @@ class LiveSession:
         self.header = make_header(
             info, pid, self.capture, gomaxprocs or read_gomaxprocs(info, pid)
         )
-        self.model = Model(self.header)
+        self.model = Model(self.header, history=history)  # history: a TUI draws the Ps
         self.dumps = DumpKeeper(self.header, list(triggers), dump_dir) if (
             triggers and dump_dir) else None
         self._record_lock = threading.Lock()

@@ -145,7 +145,7 @@ def run_one(args: argparse.Namespace) -> int:
             info, pid, mode=args.mode, window_ms=args.window_ms, period_ms=args.period_ms,
             budget_pct=args.budget, record=args.record, census_s=args.census_interval,
             triggers=args.trigger_specs, burst_ms=args.burst, dump_dir=args.dump_dir,
-            kernel=args.kernel, sample_hz=args.sample_hz,
+            kernel=args.kernel, sample_hz=args.sample_hz, history=drawn(args),
         )
     with stop_signals() as stop, usr1_triggers(session):
         try:
@@ -178,9 +178,15 @@ def say_recorded(path: str | None) -> None:
         say(f"gmpmon: wrote recording {path}{size}; open it with: gmpmon replay {path}")
 
 
+def drawn(args: argparse.Namespace) -> bool:
+    """A TUI will draw the capture: there is a terminal and no --no-tui. Without one the
+    model folds no timeline history (gmpmon/model/phistory.py): nothing would show it."""
+    return not args.no_tui and sys.stdout.isatty()
+
+
 def tui_factory(args: argparse.Namespace) -> Callable[..., Any] | None:
     """The TUI's make_app when there is a terminal to draw on (and no --no-tui)."""
-    if args.no_tui or not sys.stdout.isatty():
+    if not drawn(args):
         return None
     try:
         from gmpmon.tui.app import make_app

@@ -110,7 +110,7 @@ def _replay(rec: Recording, interval: float | None, out: Callable[[str], object]
     from gmpmon.interval import interval_legend, interval_line
 
     out(interval_legend(interval, rec.header.mode) + "\n")
-    model = Model(rec.header)
+    model = Model(rec.header, history=False)
     step = int(interval * 1e9)
     next_at = -1
     prev = None

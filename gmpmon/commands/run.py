@@ -22,6 +22,7 @@ from gmpmon.commands.attach_one import (
     StopEvent,
     add_capture_options,
     check_capture_args,
+    drawn,
     finish_outputs,
     say,
     say_recorded,
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             budget_pct=args.budget, record=args.record, gomaxprocs=_gomaxprocs_for_child(),
             before_exec=True, census_s=args.census_interval,
             triggers=args.trigger_specs, burst_ms=args.burst, dump_dir=args.dump_dir,
-            kernel=args.kernel, sample_hz=args.sample_hz,
+            kernel=args.kernel, sample_hz=args.sample_hz, history=drawn(args),
         )
         with stop_signals() as stop, usr1_triggers(session):
             try:

@@ -163,7 +163,7 @@ def _model(rec: Recording, exporter: Exporter, on_span: SpanSink | None,
            on_spans: SpansSink) -> Model:
     if exporter.spans_only:
         return SpanModel(rec.header, on_spans=on_spans)
-    return Model(rec.header, on_span=on_span)
+    return Model(rec.header, on_span=on_span, history=False)
 
 
 def _ts(e: tuple[int, ...]) -> int:

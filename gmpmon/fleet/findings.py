@@ -54,7 +54,7 @@ class FindingsWindow:
         self.findings: tuple[Finding, ...] = ()
 
     def _new(self, ts: int) -> Model:
-        m = Model(dataclasses.replace(self.header, start_ns=ts), reorder_ns=0)
+        m = Model(dataclasses.replace(self.header, start_ns=ts), reorder_ns=0, history=False)
         # What the readers say only when it changes (the cgroup's quota and counters, a
         # feature this process lacks) or once (census site names): a model started later
         # is told the latest of each at its start.

@@ -129,6 +129,7 @@ class Model:
         max_spans: int = 20_000,
         snapshot_spans: int = 2_000,
         on_span: SpanSink | None = None,
+        history: bool = True,
     ) -> None:
         self.header = header
         self.window_ns = window_ns
@@ -162,7 +163,7 @@ class Model:
         self.sched = Sched(
             self.ctx, self.latency, self.parks, max_goroutines=max_goroutines,
             recent_dead=recent_dead, max_spans=self.max_spans, on_span=on_span,
-            findings=self.findings,
+            findings=self.findings, history=history,
         )
         self.latency.proc = self.sched.proc
         self.parts: list[Part] = [self.sched, self.latency, self.parks]

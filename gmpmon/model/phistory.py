@@ -10,6 +10,8 @@ not events: ``HISTORY_BYTES`` for all Ps together, reached by coarser buckets wh
 many Ps (0.5 ms up to 22 Ps over 10 s, 2 ms at 64). A ring is allocated only for a P whose
 exact spans overflow, so a quiet program pays nothing; no more rings than fit
 HISTORY_BYTES (a recording may name more Ps than its header: those keep exact spans only).
+Only a model a TUI draws folds (``Model(history=True)``, the default): a report, an export or
+a headless run has no timeline to fill, and folding is ~8% of a busy replay's CPU.
 
 Exact spans and buckets never hold the same time: a cell of the strip adds both (tui/render.py).
 A cell coarser than a bucket is exact in its time per state; a finer one gets a bucket's share

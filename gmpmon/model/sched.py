@@ -101,6 +101,7 @@ class Sched(Part):
         max_spans: int,
         on_span: object = None,
         findings: FindingsTracker,
+        history: bool = True,
     ) -> None:
         self.ctx = ctx
         self.window_ns = ctx.window_ns
@@ -109,9 +110,10 @@ class Sched(Part):
         self.max_spans = max_spans
         self.bucket_ns = bucket_ns_for(ctx.window_ns, ctx.header.gomaxprocs)
         # Rings that fit HISTORY_BYTES: one per P of the header's GOMAXPROCS, whatever P ids
-        # a recording makes up; a P beyond them keeps its exact spans only.
+        # a recording makes up; a P beyond them keeps its exact spans only. None without
+        # ``history`` (no TUI to draw it: a replay's report, an export, a headless run).
         self.rings_left = HISTORY_BYTES // (ring_len(ctx.window_ns, self.bucket_ns)
-                                            * BUCKET_BYTES)
+                                            * BUCKET_BYTES) if history else 0
         self.on_span = on_span  # SpanSink (core.py) or None
         self.latency = latency
         self.findings = findings  # fed long runs, runq peaks and latency samples
