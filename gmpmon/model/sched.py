@@ -241,7 +241,7 @@ class Sched(Part):
             if len(tl) > self.max_spans:
                 self._fold(pp)
             cutoff = ts - self.window_ns
-            while tl and tl[0][1] < cutoff:
+            while tl[0][1] < cutoff:  # the span just added ends at ts: never emptied
                 tl.popleft()
         pp.state = state
         pp.goid = goid
@@ -252,13 +252,16 @@ class Sched(Part):
         """The oldest quarter of the P's exact spans to its buckets: a busy P's timeline
         keeps the model's window, at the buckets' resolution, whatever its event rate."""
         tl = pp.timeline
-        out = [tl.popleft() for _ in range(len(tl) - self.max_spans * 3 // 4)]
-        if pp.folded is None:
-            if self.rings_left <= 0:
-                return
+        n = len(tl) - self.max_spans * 3 // 4
+        ring = pp.folded
+        if ring is None and self.rings_left > 0:
             self.rings_left -= 1
-            pp.folded = Folded(self.bucket_ns, self.window_ns)
-        pp.folded.fold(out)
+            ring = pp.folded = Folded(self.bucket_ns, self.window_ns)
+        if ring is None:  # no history kept (no TUI, or no ring left): only dropped
+            for _ in range(n):
+                tl.popleft()
+        else:
+            ring.fold([tl.popleft() for _ in range(n)])
 
     def _p_taken(self, pp: P, p: int) -> None:
         """A P leaves RUNNING(goid) by an event that is not that G's: a P violation when the
